@@ -1,0 +1,1 @@
+"""Thin HTTP routes; the work happens in backends and renderers."""

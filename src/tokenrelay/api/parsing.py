@@ -1,0 +1,41 @@
+"""Request bodies → validated protocol models, with OpenAI-style 400s."""
+
+from __future__ import annotations
+
+import logging
+from typing import TypeVar
+
+from pydantic import ValidationError
+from starlette.requests import Request
+
+from tokenrelay.errors import InvalidRequest, from_validation_error
+from tokenrelay.protocol.common import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=GenerationRequest)
+
+MAX_BODY_BYTES = 32 << 20
+
+
+async def parse_body(request: Request, model: type[Model], max_n: int) -> Model:
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise InvalidRequest("The request body is too large.", code="request_too_large", status=413)
+    if not body.strip():
+        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
+    try:
+        parsed = model.model_validate_json(body, strict=True, context={"max_n": max_n})
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    _note_extras(request, parsed)
+    return parsed
+
+
+def _note_extras(request: Request, parsed: GenerationRequest) -> None:
+    """Unknown fields are accepted and ignored; each name is logged once per server."""
+    seen: set[str] = request.app.state.services.extras_seen
+    for name in parsed.extra_fields():
+        if name not in seen:
+            seen.add(name)
+            log.info("ignoring unknown request field %r (logged once)", name)

@@ -1,0 +1,61 @@
+"""The ASGI application: `create_app(settings)` builds everything in its lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from tokenrelay import __version__
+from tokenrelay.api import chat, completions, models
+from tokenrelay.config import Settings
+from tokenrelay.errors import APIError, InvalidRequest, NotFound
+from tokenrelay.requestid import RequestIdMiddleware
+from tokenrelay.services import Services
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = Services(settings)
+        app.state.services = services
+        try:
+            await services.start()
+            yield
+        finally:
+            await services.close()
+
+    app = FastAPI(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(RequestIdMiddleware)
+    for module in (chat, completions, models):
+        app.include_router(module.router)
+    install_error_handlers(app)
+    return app
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return error_response(NotFound(f"Unknown path {request.url.path}."))
+        return error_response(InvalidRequest(str(exc.detail), status=exc.status_code))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(APIError("The server had an error while processing your request."))

@@ -1,0 +1,1 @@
+"""Backends run or forward generation requests and yield typed events."""

@@ -1,0 +1,98 @@
+"""The interface every backend implements, and the events it yields.
+
+A backend receives a validated protocol request and yields events; `tokenrelay.render` turns the events into
+JSON or SSE for the client. Keeping the wire format out of backends is what lets the embedded engine and
+upstream nodes share one renderer, one ledger and one set of metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tokenrelay.protocol.chat import ChatCompletionRequest
+from tokenrelay.protocol.completions import CompletionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One position: the chosen token, its logprob (None for the first prompt token) and the alternatives."""
+
+    token: str
+    logprob: float | None
+    bytes: list[int] | None
+    top: list[TopLogprob]
+    text_offset: int = 0
+
+
+@dataclass(slots=True)
+class TextDelta:
+    index: int
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    index: int
+    call_index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class Finish:
+    index: int
+    reason: str
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+Event = TextDelta | ToolCallDelta | Finish | Usage
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    id: str
+    owned_by: str
+    created: int
+    context_length: int | None = None
+
+
+class Backend(Protocol):
+    """A model's executor: the embedded engine or a set of upstream nodes."""
+
+    card: ModelCard
+
+    def fingerprint(self) -> str: ...
+
+    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
+
+    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    def status(self) -> dict[str, object]: ...

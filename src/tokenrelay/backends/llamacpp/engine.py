@@ -1,0 +1,329 @@
+"""The embedded engine as a `Backend`: requests → jobs for the scheduler → events for the renderer."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import llama_cpp
+
+from tokenrelay import __version__
+from tokenrelay.backends.base import Event, Finish, ModelCard, TextDelta, TokenLogprob, Usage
+from tokenrelay.backends.llamacpp import prompts
+from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
+from tokenrelay.backends.llamacpp.model import LlamaModel
+from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
+from tokenrelay.backends.llamacpp.scheduler import Scheduler
+from tokenrelay.backends.llamacpp.templates import ChatTemplate, template_for
+from tokenrelay.backends.llamacpp.textstream import TextStream
+from tokenrelay.config import EngineSettings
+from tokenrelay.errors import APIError, InvalidRequest
+from tokenrelay.protocol.chat import ChatCompletionRequest
+from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.protocol.completions import CompletionRequest
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI completions API's default
+
+
+@dataclass
+class PromptRun:
+    """One prompt of a request: its tokens, how its choices are numbered, what is echoed."""
+
+    tokens: list[int]
+    first_index: int
+    echo_text: str | None = None
+    echo_from: int = 0
+
+
+@dataclass
+class Candidate:
+    """A best_of candidate kept back until all are done, then ranked by mean token logprob."""
+
+    events: list[Event] = field(default_factory=list)
+    finish: str | None = None
+    score: float = float("-inf")
+
+
+class LlamaCppBackend:
+    """A GGUF model served in-process with continuous batching."""
+
+    def __init__(self, model_id: str, path: Path, engine: EngineSettings, chat_template: Path | None = None) -> None:
+        self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(path.stat().st_mtime))
+        self.path = path
+        self.engine_settings = engine
+        self.template_override = chat_template
+        self.model: LlamaModel | None = None
+        self.template: ChatTemplate | None = None
+        self.scheduler: Scheduler | None = None
+        self._fingerprint = self._make_fingerprint(path)
+
+    @staticmethod
+    def _make_fingerprint(path: Path) -> str:
+        stat = path.stat()
+        source = f"{path.name}:{stat.st_size}:{__version__}:{llama_cpp.__version__}"
+        return "fp_" + hashlib.sha256(source.encode()).hexdigest()[:10]
+
+    # Lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        log.info("loading model %s from %s", self.card.id, self.path)
+        model = LlamaModel(self.path)
+        source, origin = template_for(model.architecture, model.chat_template, self.template_override)
+        bos, eos = model.special("bos"), model.special("eos")
+        self.template = ChatTemplate(
+            source,
+            origin,
+            bos_token=model.token_text(bos) if bos is not None else "",
+            eos_token=model.token_text(eos) if eos is not None else "",
+        )
+        self.scheduler = Scheduler(model, self.engine_settings)
+        self.scheduler.start()
+        self.model = model
+        log.info(
+            "model %s ready: %s, chat template %s, %d slots x %d tokens",
+            self.card.id,
+            model.architecture,
+            origin,
+            self.engine_settings.slots,
+            self.scheduler.context.n_ctx_seq,
+        )
+
+    async def close(self) -> None:
+        if self.scheduler is not None:
+            await asyncio.to_thread(self.scheduler.stop)
+        if self.model is not None:
+            self.model.close()
+
+    def ready(self) -> bool:
+        return self.scheduler is not None
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def status(self) -> dict[str, object]:
+        if self.scheduler is None:
+            return {"backend": "llama.cpp", "ready": False}
+        stats = self.scheduler.stats
+        return {
+            "backend": "llama.cpp",
+            "ready": True,
+            "slots": len(self.scheduler.slots),
+            "busy_slots": self.scheduler.busy_slots,
+            "queue_depth": self.scheduler.queue_depth,
+            "context_per_slot": self.n_ctx,
+            "steps": stats.steps,
+            "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
+            "tokens_generated": stats.tokens_generated,
+        }
+
+    @property
+    def n_ctx(self) -> int:
+        return self.scheduler.context.n_ctx_seq
+
+    # Requests -----------------------------------------------------------------------------------
+    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        self._reject_unsupported_chat(request)
+        prompts.reject_media(request)
+        tokens = prompts.chat_prompt(self.model, self.template, request)
+        limit = request.token_limit
+        max_tokens = limit if limit is not None else self.n_ctx - len(tokens)
+        param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+        self._check(request, len(tokens), max_tokens, "messages", param)
+        top = (request.top_logprobs or 0) if request.logprobs else None
+        run = PromptRun(tokens=tokens, first_index=0)
+        return self._generate(request, [run], max_tokens, top, best_of=request.choices, prompt_logprobs=None)
+
+    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
+        max_tokens = request.max_tokens if request.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
+        for run in runs:
+            self._check(request, len(run.tokens), max_tokens, "prompt", "max_tokens")
+        if request.candidates > self.engine_settings.slots:
+            raise InvalidRequest(
+                f"best_of may be at most {self.engine_settings.slots} for this model.", param="best_of"
+            )
+        prompt_logprobs = request.logprobs if request.echo and request.logprobs is not None else None
+        return self._generate(request, runs, max_tokens, request.logprobs, request.candidates, prompt_logprobs)
+
+    def _completion_run(self, request: CompletionRequest, prompt: str | list[int], first: int) -> PromptRun:
+        if isinstance(prompt, str):
+            tokens = prompts.text_prompt(self.model, prompt, request.suffix)
+            echo = prompt
+        else:
+            if request.suffix is not None:
+                raise InvalidRequest("`suffix` needs a text prompt, not token ids.", param="suffix")
+            prompts.check_token_ids(self.model, prompt, "prompt")
+            tokens, echo = list(prompt), self.model.detokenize(prompt)
+        if not tokens:
+            raise InvalidRequest("The prompt is empty and this model has no BOS token to start from.", param="prompt")
+        bos = self.model.special("bos")
+        skip = 1 if isinstance(prompt, str) and bos is not None and tokens[0] == bos else 0
+        return PromptRun(tokens=tokens, first_index=first, echo_text=echo if request.echo else None, echo_from=skip)
+
+    def _check(self, request: GenerationRequest, n_prompt: int, max_tokens: int, prompt_param: str, param: str) -> None:
+        prompts.check_context(n_prompt, max_tokens, self.n_ctx, prompt_param)
+        prompts.check_logit_bias(self.model, request)
+        if request.choices > self.engine_settings.slots:
+            raise InvalidRequest(f"n may be at most {self.engine_settings.slots} for this model.", param="n")
+        if max_tokens < 0:
+            raise InvalidRequest("max_tokens must not be negative.", param=param)
+
+    @staticmethod
+    def _reject_unsupported_chat(request: ChatCompletionRequest) -> None:
+        # Structured outputs and tool calling land with their own engine support; until then they are
+        # refused by name rather than silently ignored.
+        unsupported = {
+            "tools": bool(request.tools) and request.tool_choice != "none",
+            "functions": bool(request.functions) and request.function_call != "none",
+            "response_format": request.response_format is not None and request.response_format.type != "text",
+        }
+        for name, used in unsupported.items():
+            if used:
+                raise InvalidRequest(
+                    f"`{name}` is not supported by the embedded engine yet.", param=name, code="unsupported_parameter"
+                )
+        if request.tool_choice not in (None, "none", "auto") or request.function_call not in (None, "none", "auto"):
+            raise InvalidRequest("A named or required tool choice needs `tools`.", param="tool_choice")
+
+    # Generation ---------------------------------------------------------------------------------
+    def _plans(
+        self,
+        request: GenerationRequest,
+        count: int,
+        max_tokens: int,
+        top: int | None,
+        score: bool,
+        first_index: int,
+        text_offset: int,
+    ) -> list[SeqPlan]:
+        temperature = 1.0 if request.temperature is None else request.temperature
+        return [
+            SeqPlan(
+                index=i,
+                params=SamplingParams(
+                    temperature=temperature,
+                    top_p=1.0 if request.top_p is None else request.top_p,
+                    seed=derive_seed(request.seed, first_index + i),
+                    presence_penalty=request.presence_penalty or 0.0,
+                    frequency_penalty=request.frequency_penalty or 0.0,
+                    logit_bias=request.bias_by_token,
+                    top_logprobs=top,
+                    score=score,
+                ),
+                max_tokens=max_tokens,
+                stops=request.stop_list,
+                text_offset=text_offset,
+            )
+            for i in range(count)
+        ]
+
+    async def _generate(
+        self,
+        request: GenerationRequest,
+        runs: list[PromptRun],
+        max_tokens: int,
+        top: int | None,
+        best_of: int,
+        prompt_logprobs: int | None,
+    ) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+        ranked = best_of > request.choices
+        jobs = []
+        for number, run in enumerate(runs):
+            offset = len(run.echo_text) if run.echo_text is not None else 0
+            plans = self._plans(request, best_of, max_tokens, top, ranked, run.first_index, offset)
+
+            def sink(event: object, number: int = number) -> None:
+                loop.call_soon_threadsafe(inbox.put_nowait, (number, event))
+
+            jobs.append(Job(run.tokens, plans, sink, prompt_logprobs=prompt_logprobs, echo_from=run.echo_from))
+        try:
+            for job in jobs:
+                self.scheduler.submit(job)
+            async for event in self._events(runs, jobs, inbox, request.choices, ranked, prompt_logprobs):
+                yield event
+        finally:
+            for job in jobs:
+                job.cancel()
+
+    async def _events(
+        self,
+        runs: list[PromptRun],
+        jobs: list[Job],
+        inbox: asyncio.Queue[tuple[int, object]],
+        n: int,
+        ranked: bool,
+        prompt_logprobs: int | None,
+    ) -> AsyncIterator[Event]:
+        usage = Usage()
+        pools: list[dict[int, Candidate]] = [{} for _ in runs]
+        if prompt_logprobs is None:
+            for number, run in enumerate(runs):
+                for event in self._echo(run, jobs[number], []):
+                    for out in translate(event, run, pools[number], ranked, n):
+                        yield out
+        remaining = len(jobs)
+        while remaining:
+            number, event = await inbox.get()
+            run = runs[number]
+            if isinstance(event, JobFailed):
+                raise APIError(event.message)
+            if isinstance(event, JobDone):
+                remaining -= 1
+                usage.prompt_tokens += event.prompt_tokens
+                usage.completion_tokens += event.completion_tokens
+                usage.cached_tokens += event.cached_tokens
+            events = self._echo(run, jobs[number], event.entries) if isinstance(event, PromptScored) else [event]
+            for item in events:
+                for out in translate(item, run, pools[number], ranked, n):
+                    yield out
+        yield usage
+
+    def _echo(self, run: PromptRun, job: Job, entries: list[TokenLogprob]) -> list[TextDelta]:
+        if run.echo_text is None:
+            return []
+        offsets = TextStream([])
+        placed = []
+        for entry in entries:
+            placed.extend(offsets.feed(bytes(entry.bytes or []), entry).logprobs)
+        placed.extend(offsets.flush().logprobs)
+        return [TextDelta(plan.index, run.echo_text, placed) for plan in job.seqs]
+
+
+def translate(event: object, run: PromptRun, pool: dict[int, Candidate], ranked: bool, n: int) -> list[Event]:
+    """Scheduler events of one prompt → client events, renumbered; best_of candidates are held back."""
+    if isinstance(event, TextDelta):
+        if ranked:
+            pool.setdefault(event.index, Candidate()).events.append(event)
+            return []
+        return [TextDelta(run.first_index + event.index, event.text, event.logprobs)]
+    if isinstance(event, SeqFinished):
+        if ranked:
+            candidate = pool.setdefault(event.index, Candidate())
+            candidate.finish = event.reason
+            candidate.score = event.mean_logprob if event.mean_logprob is not None else float("-inf")
+            return []
+        return [Finish(run.first_index + event.index, event.reason)]
+    if isinstance(event, JobDone) and ranked:
+        return best_candidates(pool, run, n)
+    return []
+
+
+def best_candidates(pool: dict[int, Candidate], run: PromptRun, n: int) -> list[Event]:
+    """The `n` candidates with the highest mean token logprob, renumbered as choices."""
+    order = sorted(pool, key=lambda i: (-pool[i].score, i))[:n]
+    out: list[Event] = []
+    for choice, index in enumerate(order):
+        for event in pool[index].events:
+            out.append(TextDelta(run.first_index + choice, event.text, event.logprobs))
+        out.append(Finish(run.first_index + choice, pool[index].finish or "stop"))
+    return out

@@ -1,0 +1,106 @@
+"""A loaded GGUF model and its vocabulary, over llama-cpp-python's low-level (ctypes) API."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from pathlib import Path
+
+import llama_cpp
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def init_backend() -> None:
+    """llama.cpp's process-wide initialisation, done once on first model load (never at import)."""
+    llama_cpp.llama_backend_init()
+
+
+class LlamaModel:
+    """Model weights plus tokenizer; shared by every context that serves it."""
+
+    def __init__(self, path: Path) -> None:
+        init_backend()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0
+        self.path = path
+        self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not self.ptr:
+            raise RuntimeError(f"llama.cpp could not load the model file {path}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.ptr)
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+    # Metadata ---------------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        size = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if size < 0:
+            return None
+        if size >= len(buf):  # chat templates can be large
+            buf = ctypes.create_string_buffer(size + 1)
+            llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.meta("tokenizer.chat_template")
+
+    # Special tokens ---------------------------------------------------------------------------------
+    def special(self, name: str) -> int | None:
+        """A special token id by llama.cpp's accessor name (`bos`, `eos`, `fim_pre`, ...), or None."""
+        token = getattr(llama_cpp, f"llama_vocab_{name}")(self.vocab)
+        return token if token >= 0 else None
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def has_fim(self) -> bool:
+        return all(self.special(name) is not None for name in ("fim_pre", "fim_suf", "fim_mid"))
+
+    # Text <-> tokens --------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode()
+        capacity = len(data) + 8
+        tokens = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        if count < 0:
+            tokens = (llama_cpp.llama_token * -count)()
+            count = llama_cpp.llama_tokenize(self.vocab, data, len(data), tokens, -count, add_special, parse_special)
+        return list(tokens[:count])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token stands for (cached: detokenising is on every step's path)."""
+        key = (token, special)
+        cached = self._pieces.get(key)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            size = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            if size < 0:
+                buf = ctypes.create_string_buffer(-size)
+                size = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            cached = self._pieces[key] = buf.raw[:size]
+        return cached
+
+    def token_text(self, token: int) -> str:
+        """Display text of one token for logprobs (special tokens shown by name)."""
+        return self.piece(token, special=True).decode("utf-8", errors="replace")
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")

@@ -1,0 +1,346 @@
+"""Continuous batching: one thread owns the llama.cpp context and runs steps over all active sequences.
+
+Each step gathers one token from every decoding sequence plus prompt chunks (see `planner`), decodes once,
+then samples each sequence with its own sampler. Jobs join and leave between steps; a job's prompt is
+evaluated once and its KV copied to the slots of its other choices.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
+from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
+from tokenrelay.backends.llamacpp.model import LlamaModel
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, StepLimits, plan_step
+from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, log_softmax, logits_row, top_k
+from tokenrelay.backends.llamacpp.textstream import Released, TextStream
+from tokenrelay.config import EngineSettings
+from tokenrelay.errors import Overloaded
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Sequence:
+    plan: SeqPlan
+    job: Job
+    sampler: TokenSampler
+    text: TextStream
+    generated: int = 0
+    score: float = 0.0
+    next_token: int | None = None
+
+
+@dataclass(eq=False)
+class Slot:
+    """One llama.cpp sequence id and what its KV cells hold."""
+
+    seq_id: int
+    cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
+    seq: Sequence | None = None  # decoding
+    job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
+    pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
+    primary: Slot | None = None  # for a secondary: the slot whose prefill it will copy
+
+    @property
+    def free(self) -> bool:
+        return self.seq is None and self.job is None
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    prompt_tokens_evaluated: int = 0
+    tokens_generated: int = 0
+    jobs_done: int = 0
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Scheduler:
+    """Owns the context; everything below `run` executes on the scheduler thread only."""
+
+    def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
+        self.model = model
+        self.settings = settings
+        self.context = LlamaContext(model, settings)
+        self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
+        self.limits = StepLimits(settings.batch_size, settings.prefill_chunk, max(settings.slots, 32))
+        self.stats = EngineStats()
+        self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._waiting: deque[Job] = deque()
+        self._queued = 0
+        self._serial = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self.run, name=f"llama-scheduler-{model.path.name}", daemon=True)
+        self._stopping = False
+
+    # Called from other threads ------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._inbox.put(None)
+        self._thread.join(timeout=30)
+        self.context.close()
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            if self._queued >= self.settings.queue_size + self.free_slots_hint():
+                raise Overloaded(
+                    "The server is at capacity for this model; retry shortly.", headers={"Retry-After": "1"}
+                )
+            self._queued += 1
+            self._serial += 1
+            job.serial = self._serial
+        self._inbox.put(job)
+
+    def free_slots_hint(self) -> int:
+        return sum(1 for slot in self.slots if slot.free)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def busy_slots(self) -> int:
+        return sum(1 for slot in self.slots if not slot.free)
+
+    # Scheduler thread ---------------------------------------------------------------------------
+    def run(self) -> None:
+        while not self._stopping:
+            self._receive(block=not self._active())
+            self._drop_cancelled()
+            self._admit()
+            if self._active():
+                self._step()
+
+    def _active(self) -> bool:
+        return any(not slot.free for slot in self.slots)
+
+    def _receive(self, block: bool) -> None:
+        try:
+            job = self._inbox.get(block=block and not self._waiting, timeout=None)
+            while True:
+                if job is not None:
+                    self._waiting.append(job)
+                job = self._inbox.get_nowait()
+        except queue.Empty:
+            return
+
+    def _drop_cancelled(self) -> None:
+        for job in [j for j in self._waiting if j.cancelled.is_set()]:
+            self._waiting.remove(job)
+            self._dequeued()
+        for slot in self.slots:
+            job = slot.seq.job if slot.seq else slot.job
+            if job is not None and job.cancelled.is_set():
+                self._release(slot)
+
+    def _dequeued(self) -> None:
+        with self._lock:
+            self._queued -= 1
+
+    def _admit(self) -> None:
+        while self._waiting:
+            job = self._waiting[0]
+            free = [slot for slot in self.slots if slot.free]
+            if len(free) < len(job.seqs):
+                return
+            self._waiting.popleft()
+            self._dequeued()
+            self._place(job, free)
+
+    def _place(self, job: Job, free: list[Slot]) -> None:
+        reuse = job.prompt_logprobs is None
+        free.sort(key=lambda s: common_prefix(s.cache, job.prompt) if reuse else 0, reverse=True)
+        primary, others = free[0], free[1 : len(job.seqs)]
+        keep = min(common_prefix(primary.cache, job.prompt), len(job.prompt) - 1) if reuse else 0
+        if not self.context.keep_prefix(primary.seq_id, keep):
+            self.context.clear(primary.seq_id)
+            keep = 0
+        primary.cache = primary.cache[:keep]
+        primary.job, primary.pending = job, job.prompt[keep:]
+        job.cached_tokens = keep
+        job.running = len(job.seqs)
+        for slot in others:
+            slot.job, slot.primary = job, primary
+
+    def _step(self) -> None:
+        decoding = [s.seq_id for s in self.slots if s.seq is not None]
+        prefilling = [
+            PrefillNeed(s.seq_id, len(s.pending), s.job.prompt_logprobs is not None) for s in self._prefill_order()
+        ]
+        plan = plan_step(decoding, prefilling, self.limits)
+        batch = self.context.batch
+        batch.clear()
+        rows: dict[int, int] = {}
+        for seq_id in plan.decode:
+            slot = self.slots[seq_id]
+            rows[seq_id] = batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)
+            slot.cache.append(slot.seq.next_token)
+        chunks: list[tuple[Slot, int, int]] = []
+        for seq_id, take in plan.prefill:
+            chunks.append(self._add_prompt_chunk(self.slots[seq_id], take))
+        if batch.size == 0:
+            return
+        if self.context.decode() != 0:
+            self._fail_batch()
+            return
+        self.stats.steps += 1
+        for seq_id, row in rows.items():
+            self._sample(self.slots[seq_id], row)
+        for slot, first_row, start in chunks:
+            self._after_prefill_chunk(slot, first_row, start)
+
+    def _prefill_order(self) -> list[Slot]:
+        """Prompts are evaluated first come, first served."""
+        slots = [s for s in self.slots if s.job is not None and s.primary is None and s.pending]
+        return sorted(slots, key=lambda s: s.job.serial)
+
+    def _add_prompt_chunk(self, slot: Slot, take: int) -> tuple[Slot, int, int]:
+        job = slot.job
+        batch = self.context.batch
+        start = len(slot.cache)
+        all_logits = job.prompt_logprobs is not None
+        first_row = batch.size
+        tokens, slot.pending = slot.pending[:take], slot.pending[take:]
+        for i, token in enumerate(tokens):
+            last = not slot.pending and i == len(tokens) - 1
+            batch.add(token, start + i, slot.seq_id, all_logits or last)
+        slot.cache.extend(tokens)
+        self.stats.prompt_tokens_evaluated += len(tokens)
+        return slot, first_row, start
+
+    def _after_prefill_chunk(self, slot: Slot, first_row: int, start: int) -> None:
+        job = slot.job
+        end = len(slot.cache)
+        if job.prompt_logprobs is not None:
+            self._score_prompt(job, first_row, start, end)
+        if slot.pending:
+            return
+        last_row = first_row + (end - start) - 1
+        if job.prompt_logprobs is not None:
+            self._sink(job, PromptScored(job.scored))
+        self._start_sequences(slot, last_row)
+
+    def _score_prompt(self, job: Job, first_row: int, start: int, end: int) -> None:
+        """Logprob of prompt token p+1 from the logits at position p, for every position in the chunk."""
+        if start == 0:
+            job.scored = []
+        n_vocab = self.model.n_vocab
+        for offset, pos in enumerate(range(start, end)):
+            if pos < job.echo_from:
+                continue
+            if pos == job.echo_from:
+                job.scored.append(self._entry(job.prompt[pos], None, []))
+            if pos + 1 >= len(job.prompt):
+                continue
+            row = logits_row(self.context.ptr, first_row + offset, n_vocab)
+            logprobs = log_softmax(row)
+            token = job.prompt[pos + 1]
+            job.scored.append(self._entry(token, float(logprobs[token]), top_k(logprobs, job.prompt_logprobs)))
+
+    def _start_sequences(self, primary: Slot, row: int) -> None:
+        job = primary.job
+        secondaries = [s for s in self.slots if s.primary is primary]
+        shared = None
+        if secondaries:
+            shared = logits_row(self.context.ptr, row, self.model.n_vocab).copy()
+        for plan, slot in zip(job.seqs, [primary, *secondaries], strict=True):
+            if slot is not primary:
+                self.context.copy(primary.seq_id, slot.seq_id)
+                slot.cache = list(primary.cache)
+                logits_row(self.context.ptr, row, self.model.n_vocab)[:] = shared
+            slot.job, slot.primary, slot.pending = None, None, []
+            slot.seq = Sequence(
+                plan=plan,
+                job=job,
+                sampler=TokenSampler(plan.params, self.model.n_vocab),
+                text=TextStream(plan.stops, plan.text_offset),
+            )
+            if plan.max_tokens == 0:
+                self._finish(slot, "length")
+            else:
+                self._sample(slot, row)
+
+    def _sample(self, slot: Slot, row: int) -> None:
+        seq = slot.seq
+        draw = seq.sampler.sample(self.context.ptr, row)
+        seq.generated += 1
+        seq.job.completion_tokens += 1
+        self.stats.tokens_generated += 1
+        if draw.logprob is not None:
+            seq.score += draw.logprob
+        if self.model.is_eog(draw.token):
+            self._finish(slot, "stop")
+            return
+        entry = self._draw_entry(draw) if seq.plan.params.top_logprobs is not None else None
+        released = seq.text.feed(self.model.piece(draw.token), entry)
+        self._emit_text(seq, released)
+        if released.stopped:
+            self._finish(slot, "stop", flush=False)
+        elif seq.generated >= seq.plan.max_tokens or len(slot.cache) + 1 > self.context.n_ctx_seq:
+            self._finish(slot, "length")
+        else:
+            seq.next_token = draw.token
+
+    def _draw_entry(self, draw: Draw) -> TokenLogprob:
+        return self._entry(draw.token, draw.logprob, draw.top)
+
+    def _entry(self, token: int, logprob: float | None, top: list[tuple[int, float]]) -> TokenLogprob:
+        alternatives = [TopLogprob(self.model.token_text(t), lp, list(self.model.piece(t, True))) for t, lp in top]
+        return TokenLogprob(self.model.token_text(token), logprob, list(self.model.piece(token, True)), alternatives)
+
+    def _emit_text(self, seq: Sequence, released: Released) -> None:
+        if released.text or released.logprobs:
+            self._sink(seq.job, TextDelta(seq.plan.index, released.text, released.logprobs))
+
+    def _finish(self, slot: Slot, reason: str, flush: bool = True) -> None:
+        seq = slot.seq
+        if flush:
+            self._emit_text(seq, seq.text.flush())
+        mean = seq.score / seq.generated if seq.generated else None
+        self._sink(seq.job, SeqFinished(seq.plan.index, reason, mean))
+        self._release(slot)
+        job = seq.job
+        job.running -= 1
+        if job.running == 0:
+            self.stats.jobs_done += 1
+            self._sink(job, JobDone(len(job.prompt), job.completion_tokens, job.cached_tokens))
+
+    def _release(self, slot: Slot) -> None:
+        if slot.seq is not None:
+            slot.seq.sampler.close()
+        slot.seq, slot.job, slot.primary, slot.pending = None, None, None, []
+
+    def _fail_batch(self) -> None:
+        log.error("llama_decode failed; failing the requests in this step")
+        failed: dict[int, Job] = {}
+        for slot in self.slots:
+            job = slot.seq.job if slot.seq else slot.job
+            if job is None:
+                continue
+            self.context.clear(slot.seq_id)
+            slot.cache = []
+            self._release(slot)
+            failed[id(job)] = job
+        for job in failed.values():
+            self._sink(job, JobFailed("The engine failed to evaluate the batch."))
+
+    @staticmethod
+    def _sink(job: Job, event: object) -> None:
+        job.sink(event)

@@ -1,0 +1,79 @@
+"""Chat templates: the GGUF's own Jinja template rendered as Hugging Face does, a built-in one, or a file."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from tokenrelay.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+# GGUF `general.architecture` prefixes → built-in template file (tokenrelay/templates/NAME.jinja).
+FAMILY_TEMPLATES = {"gemma": "gemma", "llama": "llama3", "qwen": "chatml"}
+
+
+def builtin_template(name: str) -> str:
+    return files("tokenrelay").joinpath("templates", f"{name}.jinja").read_text()
+
+
+def template_for(architecture: str, embedded: str | None, override: Path | None) -> tuple[str, str]:
+    """Pick the template source and say where it came from: a file, the GGUF, a family default, ChatML."""
+    if override is not None:
+        return override.read_text(), f"file {override}"
+    if embedded:
+        return embedded, "gguf"
+    for prefix, name in FAMILY_TEMPLATES.items():
+        if architecture.startswith(prefix):
+            return builtin_template(name), f"built-in {name}"
+    log.warning("model architecture %r has no chat template; falling back to ChatML", architecture)
+    return builtin_template("chatml"), "built-in chatml"
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+
+
+@dataclass
+class ChatTemplate:
+    """A compiled chat template plus the special tokens templates expect as variables."""
+
+    source: str
+    origin: str
+    bos_token: str
+    eos_token: str
+
+    def __post_init__(self) -> None:
+        # Same environment options as transformers' `apply_chat_template`, so GGUF templates written for it
+        # render identically here.
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        self._template = env.from_string(self.source)
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+        try:
+            return self._template.render(
+                messages=messages,
+                tools=tools,
+                add_generation_prompt=True,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except TemplateError as exc:
+            raise InvalidRequest(f"The model's chat template rejected the messages: {exc}", param="messages") from exc

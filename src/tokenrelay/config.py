@@ -1,0 +1,140 @@
+"""One settings tree: config file (YAML) < environment (TOKENRELAY_*) < command-line flags."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+DEFAULT_MODEL_ID = "gemma-3-270m"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class EngineSettings(BaseModel):
+    """Embedded llama.cpp engine knobs; the defaults suit a 2-core machine and the default model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threads: int = Field(default_factory=lambda: max(1, min(os.cpu_count() or 1, 8)), ge=1)
+    slots: int = Field(default=8, ge=1, le=256, description="sequences decoded together in one context")
+    ctx_per_slot: int = Field(default=2048, ge=64, description="KV cells available to each sequence")
+    batch_size: int = Field(default=512, ge=16, description="tokens per llama_decode call")
+    prefill_chunk: int = Field(default=256, ge=8, description="prompt tokens one sequence may add to a step")
+    queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
+    kv_unified: bool = Field(default=False, description="one KV buffer for all sequences (breaks batch invariance)")
+
+
+class UpstreamSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    model: str | None = None
+    api_key: str | None = None
+    weight: float = Field(default=1.0, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1)
+    completions_via_chat: bool = False
+
+
+class ModelSettings(BaseModel):
+    """A model id clients use, served by a GGUF file in-process and/or by upstream nodes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    path: Path | None = None
+    chat_template: Path | None = None
+    engine: EngineSettings | None = None
+    upstreams: list[UpstreamSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_a_backend(self) -> ModelSettings:
+        if self.path is None and not self.upstreams and self.id != DEFAULT_MODEL_ID:
+            raise ValueError(f"model {self.id!r} needs a GGUF `path` or at least one upstream")
+        return self
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tokenrelay"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TOKENRELAY_", env_nested_delimiter="__", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    data_dir: Path = Field(default_factory=default_data_dir)
+    models: list[ModelSettings] = Field(default_factory=list)
+    chat_template: Path | None = None
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    max_n: int = Field(default=16, ge=1, description="largest `n` / `best_of` a request may ask for")
+    log_level: str = "info"
+    log_format: str = "text"
+
+    def served_models(self) -> list[ModelSettings]:
+        """Configured models, or the default model when none is configured."""
+        return self.models or [ModelSettings(id=DEFAULT_MODEL_ID)]
+
+    def engine_for(self, model: ModelSettings) -> EngineSettings:
+        return model.engine or self.engine
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings
+
+
+def expand_env(value: Any) -> Any:
+    """Expand `${VAR}` and `${VAR:-default}` in every string of a loaded config file."""
+    if isinstance(value, str):
+        return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), value)
+    if isinstance(value, list):
+        return [expand_env(v) for v in value]
+    if isinstance(value, dict):
+        return {k: expand_env(v) for k, v in value.items()}
+    return value
+
+
+def read_config_file(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the config file must hold a mapping at its top level")
+    return expand_env(data)
+
+
+def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Layer the config file under the environment under `overrides` (the command line)."""
+    config_file = config_file or _env_config_file()
+    file_values = read_config_file(config_file)
+
+    class LayeredSettings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=file_values)
+
+    return LayeredSettings(**(overrides or {}))
+
+
+def _env_config_file() -> Path | None:
+    value = os.environ.get("TOKENRELAY_CONFIG")
+    return Path(value) if value else None

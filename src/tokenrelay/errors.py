@@ -1,0 +1,107 @@
+"""Typed API errors and the one place that renders the OpenAI error body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+
+class APIError(Exception):
+    """An error that reaches the client as `{"error": {message, type, param, code}}`."""
+
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class InvalidRequest(APIError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class AuthenticationError(APIError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(APIError):
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+
+
+class ModelNotFound(APIError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"The model `{model}` does not exist or you do not have access to it.", param="model")
+
+
+class NotFound(APIError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class RateLimited(APIError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class Overloaded(APIError):
+    """The server cannot take the request now; the client may retry later."""
+
+    status = 503
+    type = "server_error"
+    code = "server_overloaded"
+
+
+class UpstreamError(APIError):
+    status = 502
+    type = "server_error"
+    code = "upstream_error"
+
+
+def from_validation_error(exc: ValidationError) -> InvalidRequest:
+    """Turn pydantic's first complaint into one OpenAI-style 400 naming the field."""
+    first = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in first.get("loc", ()) if not _is_union_tag(part)]
+    param = ".".join(loc) or None
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return InvalidRequest(f"The request body is not valid JSON: {first.get('msg')}", code="invalid_json")
+    message = first.get("msg", "invalid value")
+    where = f" at `{param}`" if param else ""
+    return InvalidRequest(f"Invalid value{where}: {message}", param=param, code="invalid_value")
+
+
+def _is_union_tag(part: object) -> bool:
+    # pydantic puts union member names (e.g. "str", "list[int]", "function-after[...]") into `loc`;
+    # they mean nothing to a client reading `param`.
+    return isinstance(part, str) and ("[" in part or part in {"str", "int", "list", "dict", "bool", "float"})

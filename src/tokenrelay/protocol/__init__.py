@@ -1,0 +1,1 @@
+"""Wire models for the OpenAI-compatible API. They know nothing about engines."""

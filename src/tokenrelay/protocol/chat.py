@@ -1,0 +1,183 @@
+"""`POST /v1/chat/completions` request body: messages of every role, tools and response formats."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from tokenrelay.errors import InvalidRequest
+from tokenrelay.protocol.common import GenerationRequest, WireModel
+
+
+class TextPart(WireModel):
+    type: Literal["text"]
+    text: str
+
+
+class ImageURL(WireModel):
+    url: str
+    detail: str | None = None
+
+
+class ImagePart(WireModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+class AudioPart(WireModel):
+    type: Literal["input_audio"]
+    input_audio: dict[str, Any]
+
+
+class RefusalPart(WireModel):
+    type: Literal["refusal"]
+    refusal: str
+
+
+ContentPart = Annotated[TextPart | ImagePart | AudioPart | RefusalPart, Field(discriminator="type")]
+Content = str | list[ContentPart]
+
+
+class FunctionCall(WireModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(WireModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class _Message(WireModel):
+    content: Content | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """Content as plain text (image/audio parts are rejected before this is called)."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "".join(getattr(part, "text", None) or getattr(part, "refusal", "") for part in self.content)
+
+    def media_parts(self) -> list[str]:
+        if not isinstance(self.content, list):
+            return []
+        return [part.type for part in self.content if part.type in ("image_url", "input_audio")]
+
+
+class SystemMessage(_Message):
+    role: Literal["system"]
+    content: Content
+
+
+class DeveloperMessage(_Message):
+    """OpenAI's newer name for system instructions; rendered as a system turn."""
+
+    role: Literal["developer"]
+    content: Content
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+    content: Content
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+    refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    function_call: FunctionCall | None = None
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str | None = None
+
+
+class FunctionMessage(_Message):
+    """Legacy answer to a `function_call`."""
+
+    role: Literal["function"]
+    name: str  # type: ignore[assignment]
+    content: Content | None = None
+
+
+Message = Annotated[
+    SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage,
+    Field(discriminator="role"),
+]
+
+
+class FunctionDef(WireModel):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(WireModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(WireModel):
+    name: str
+
+
+class NamedToolChoice(WireModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(WireModel):
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(WireModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise InvalidRequest(
+                "response_format of type json_schema needs a json_schema object", param="response_format"
+            )
+        return self
+
+
+class ChatCompletionRequest(GenerationRequest):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list[FunctionDef] | None = None
+    function_call: Literal["none", "auto"] | NamedFunction | None = None
+    service_tier: str | None = None
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _chat_needs_one_token(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError("max_tokens must be at least 1")
+        return value
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
+        return self
+
+    @property
+    def token_limit(self) -> int | None:
+        """`max_completion_tokens` is the newer name; it wins when both are sent."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -1,0 +1,98 @@
+"""Fields shared by both generation endpoints, with the OpenAI API's ranges."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from tokenrelay.errors import InvalidRequest
+
+MAX_STOP_SEQUENCES = 4
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+
+
+class WireModel(BaseModel):
+    """Strict JSON models: wrong types are errors, NaN/Infinity are errors, unknown fields are kept."""
+
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False, populate_by_name=True)
+
+
+class StreamOptions(WireModel):
+    include_usage: bool | None = None
+
+
+class GenerationRequest(WireModel):
+    """What `/v1/completions` and `/v1/chat/completions` have in common."""
+
+    model: Annotated[str, Field(min_length=1)]
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
+    max_tokens: Annotated[int, Field(ge=0)] | None = None
+    n: Annotated[int, Field(ge=1)] | None = None
+    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    user: str | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids_are_integers(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not key.lstrip("-").isdigit() or int(key) < 0:
+                raise ValueError(f"logit_bias keys must be token ids (non-negative integers), got {key!r}")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _at_most_four_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        stops = [value] if isinstance(value, str) else value or []
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed, got {len(stops)}")
+        if any(s == "" for s in stops):
+            raise ValueError("stop sequences must not be empty strings")
+        return value
+
+    @field_validator("n")
+    @classmethod
+    def _n_within_configured_maximum(cls, value: int | None, info: ValidationInfo) -> int | None:
+        limit = (info.context or {}).get("max_n")
+        if value is not None and limit is not None and value > limit:
+            raise ValueError(f"n must be at most {limit} on this server, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> GenerationRequest:
+        if self.stream_options is not None and not self.stream:
+            raise InvalidRequest("stream_options is only allowed when stream is true", param="stream_options")
+        return self
+
+    # Derived views used by backends -------------------------------------------------------------
+    @property
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    @property
+    def choices(self) -> int:
+        return self.n or 1
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def bias_by_token(self) -> dict[int, float]:
+        return {int(k): v for k, v in (self.logit_bias or {}).items()}
+
+    def extra_fields(self) -> list[str]:
+        return sorted((self.model_extra or {}).keys())
+
+
+def dump_extras(model: BaseModel) -> dict[str, Any]:
+    return dict(model.model_extra or {})

@@ -1,0 +1,28 @@
+"""Model id → backend."""
+
+from __future__ import annotations
+
+from tokenrelay.backends.base import Backend
+from tokenrelay.errors import ModelNotFound
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._backends: dict[str, Backend] = {}
+
+    def add(self, backend: Backend) -> None:
+        if backend.card.id in self._backends:
+            raise ValueError(f"model id {backend.card.id!r} is configured twice")
+        self._backends[backend.card.id] = backend
+
+    def get(self, model: str) -> Backend:
+        backend = self._backends.get(model)
+        if backend is None:
+            raise ModelNotFound(model)
+        return backend
+
+    def all(self) -> list[Backend]:
+        return list(self._backends.values())
+
+    def ids(self) -> list[str]:
+        return list(self._backends)

@@ -1,0 +1,1 @@
+"""Backend events → OpenAI response bodies and stream chunks."""

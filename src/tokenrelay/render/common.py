@@ -1,0 +1,89 @@
+"""Pieces both endpoints render the same way."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseMeta:
+    """Fields every response and chunk of one request repeats."""
+
+    id: str
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: int
+    include_usage: bool = False
+    service_tier: str | None = None
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    # The reference pages require every detail object, so zeros are sent where a count does not apply.
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    text: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    tool_calls: dict[int, ToolCallDelta] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class Collected:
+    """Everything a backend yielded for one request, gathered for a non-streamed response."""
+
+    choices: dict[int, ChoiceState] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+
+    def choice(self, index: int) -> ChoiceState:
+        return self.choices.setdefault(index, ChoiceState())
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            state = self.choice(event.index)
+            state.text.append(event.text)
+            state.logprobs.extend(event.logprobs)
+        elif isinstance(event, ToolCallDelta):
+            self._add_tool_call(event)
+        elif isinstance(event, Finish):
+            self.choice(event.index).finish_reason = event.reason
+        elif isinstance(event, Usage):
+            self.usage = event
+
+    def _add_tool_call(self, event: ToolCallDelta) -> None:
+        calls = self.choice(event.index).tool_calls
+        call = calls.setdefault(event.call_index, ToolCallDelta(event.index, event.call_index))
+        call.id = call.id or event.id
+        call.name = call.name or event.name
+        call.arguments += event.arguments
+
+
+async def collect(events: AsyncIterator[Event]) -> Collected:
+    collected = Collected()
+    async for event in events:
+        collected.add(event)
+    return collected
+
+
+async def prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    yield first
+    async for event in rest:
+        yield event

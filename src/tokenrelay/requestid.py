@@ -1,0 +1,46 @@
+"""`X-Request-ID`: taken from the client when sane, generated otherwise, echoed on every response."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+HEADER = "x-request-id"
+_SAFE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
+    for name, value in headers:
+        if name.lower() == HEADER.encode():
+            text = value.decode("latin-1")
+            if _SAFE.match(text):
+                return text
+    return new_request_id()
+
+
+class RequestIdMiddleware:
+    """Plain ASGI middleware (no BaseHTTPMiddleware) so streaming responses pass through untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_from(scope.get("headers", []))
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

@@ -6,10 +6,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.requests import Request
+
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
+from tokenrelay.calls import Call
 from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings
 from tokenrelay.registry import Registry
+from tokenrelay.requestlog import log_call
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,16 @@ class Services:
     async def close(self) -> None:
         for backend in self.registry.all():
             await backend.close()
+
+    # Call accounting: the seam for the ledger, metrics and request logs -------------------------------
+    def begin_call(self, call: Call, request: Request) -> None:
+        """Hook for admission (auth, limits) once they exist; records nothing yet."""
+
+    def end_call(self, call: Call) -> None:
+        if call.reported:
+            return
+        call.reported = True
+        log_call(call)
 
     def ready(self) -> bool:
         backends = self.registry.all()

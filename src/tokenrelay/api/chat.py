@@ -2,36 +2,49 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tokenrelay.api.generation import collected, json_response, response_meta, streamed
-from tokenrelay.api.parsing import parse_body
+from tokenrelay.api.generation import handle
+from tokenrelay.backends.base import Backend, Event
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.render.chat import ChatChunker, chat_response
+from tokenrelay.render.common import Collected, ResponseMeta
 
 router = APIRouter()
 
 
+def _legacy(body: ChatCompletionRequest) -> bool:
+    return bool(body.functions) and not body.tools
+
+
+class ChatEndpoint:
+    name = "chat.completions"
+    id_prefix = "chatcmpl"
+    request_model = ChatCompletionRequest
+
+    def choices(self, body: ChatCompletionRequest) -> int:
+        return body.choices
+
+    def meta_extra(self, body: ChatCompletionRequest) -> dict[str, Any]:
+        return {"service_tier": body.service_tier}
+
+    def events(self, backend: Backend, body: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        return backend.chat(body, request_id)
+
+    def chunks(
+        self, body: ChatCompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
+    ) -> AsyncIterator[dict[str, Any]]:
+        chunker = ChatChunker(meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))
+        return chunker.chunks(events)
+
+    def body(self, body: ChatCompletionRequest, meta: ResponseMeta, collected: Collected) -> dict[str, Any]:
+        return chat_response(collected, meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    services = request.app.state.services
-    body = await parse_body(request, ChatCompletionRequest, services.settings.max_n)
-    backend = services.registry.get(body.model)
-    meta = response_meta(
-        request,
-        "chatcmpl",
-        body.model,
-        backend.fingerprint(),
-        body.choices,
-        include_usage=body.include_usage,
-        service_tier=body.service_tier,
-    )
-    events = backend.chat(body, request.state.request_id)
-    legacy = bool(body.functions) and not body.tools
-    want_logprobs = bool(body.logprobs)
-    if body.stream:
-        chunker = ChatChunker(meta, want_logprobs=want_logprobs, legacy_functions=legacy)
-        return await streamed(request, chunker.chunks(events))
-    result = await collected(request, events)
-    return json_response(chat_response(result, meta, want_logprobs=want_logprobs, legacy_functions=legacy))
+    return await handle(request, ChatEndpoint())

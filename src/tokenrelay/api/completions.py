@@ -2,27 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tokenrelay.api.generation import collected, json_response, response_meta, streamed
-from tokenrelay.api.parsing import parse_body
+from tokenrelay.api.generation import handle
+from tokenrelay.backends.base import Backend, Event
 from tokenrelay.protocol.completions import CompletionRequest
+from tokenrelay.render.common import Collected, ResponseMeta
 from tokenrelay.render.completions import CompletionChunker, completion_response
 
 router = APIRouter()
 
 
+class CompletionsEndpoint:
+    name = "completions"
+    id_prefix = "cmpl"
+    request_model = CompletionRequest
+
+    def choices(self, body: CompletionRequest) -> int:
+        return body.choices * len(body.prompts)
+
+    def meta_extra(self, body: CompletionRequest) -> dict[str, Any]:
+        return {}
+
+    def events(self, backend: Backend, body: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        return backend.complete(body, request_id)
+
+    def chunks(
+        self, body: CompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
+    ) -> AsyncIterator[dict[str, Any]]:
+        return CompletionChunker(meta, want_logprobs=body.logprobs is not None).chunks(events)
+
+    def body(self, body: CompletionRequest, meta: ResponseMeta, collected: Collected) -> dict[str, Any]:
+        return completion_response(collected, meta, want_logprobs=body.logprobs is not None)
+
+
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    services = request.app.state.services
-    body = await parse_body(request, CompletionRequest, services.settings.max_n)
-    backend = services.registry.get(body.model)
-    choices = body.choices * len(body.prompts)
-    meta = response_meta(request, "cmpl", body.model, backend.fingerprint(), choices, include_usage=body.include_usage)
-    events = backend.complete(body, request.state.request_id)
-    want_logprobs = body.logprobs is not None
-    if body.stream:
-        return await streamed(request, CompletionChunker(meta, want_logprobs=want_logprobs).chunks(events))
-    result = await collected(request, events)
-    return json_response(completion_response(result, meta, want_logprobs=want_logprobs))
+    return await handle(request, CompletionsEndpoint())

@@ -82,6 +82,7 @@ class Backend(Protocol):
     """A model's executor: the embedded engine or a set of upstream nodes."""
 
     card: ModelCard
+    kind: str  # "llama.cpp", "upstream", ... (for logs, metrics and the ledger)
 
     def fingerprint(self) -> str: ...
 

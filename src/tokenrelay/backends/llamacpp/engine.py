@@ -53,6 +53,8 @@ class Candidate:
 class LlamaCppBackend:
     """A GGUF model served in-process with continuous batching."""
 
+    kind = "llama.cpp"
+
     def __init__(self, model_id: str, path: Path, engine: EngineSettings, chat_template: Path | None = None) -> None:
         self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(path.stat().st_mtime))
         self.path = path

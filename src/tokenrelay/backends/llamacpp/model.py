@@ -12,10 +12,32 @@ import llama_cpp
 log = logging.getLogger(__name__)
 
 
+_LLAMA_WARN, _LLAMA_ERROR = 3, 4  # ggml_log_level values
+_native_log = logging.getLogger("tokenrelay.llama_cpp")
+
+
+def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
+    """llama.cpp's own chatter goes to Python logging: warnings and errors by default, the rest at debug."""
+    if not text:
+        return
+    message = text.decode("utf-8", errors="replace").rstrip()
+    if not message:
+        return
+    if level >= _LLAMA_ERROR:
+        _native_log.error(message)
+    elif level == _LLAMA_WARN:
+        _native_log.warning(message)
+    else:
+        _native_log.debug(message)
+
+
 @functools.cache
-def init_backend() -> None:
+def init_backend() -> llama_cpp.llama_log_callback:
     """llama.cpp's process-wide initialisation, done once on first model load (never at import)."""
+    callback = llama_cpp.llama_log_callback(_forward_log)  # returned (and cached) so it is never collected
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
+    return callback
 
 
 class LlamaModel:

@@ -1,0 +1,33 @@
+"""One structured log line per request (never the key itself)."""
+
+from __future__ import annotations
+
+import logging
+
+from tokenrelay.calls import Call
+
+log = logging.getLogger("tokenrelay.requests")
+
+
+def call_fields(call: Call) -> dict[str, object]:
+    return {
+        "request_id": call.request_id,
+        "key": call.key_name,
+        "endpoint": call.endpoint,
+        "model": call.model,
+        "backend": call.backend,
+        "stream": call.streamed,
+        "status": call.status,
+        "error": call.error,
+        "finish": ",".join(call.finish_reasons) or None,
+        "prompt_tokens": call.usage.prompt_tokens,
+        "completion_tokens": call.usage.completion_tokens,
+        "cached_tokens": call.usage.cached_tokens,
+        "ttft_ms": None if call.ttft is None else round(call.ttft * 1000, 1),
+        "latency_ms": round(call.latency * 1000, 1),
+    }
+
+
+def log_call(call: Call) -> None:
+    fields = call_fields(call)
+    log.info(" ".join(f"{k}={v}" for k, v in fields.items() if v is not None), extra={"fields": fields})

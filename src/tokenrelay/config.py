@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 DEFAULT_MODEL_ID = "gemma-3-270m"
@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     max_n: int = Field(default=16, ge=1, description="largest `n` / `best_of` a request may ask for")
     log_level: str = "info"
     log_format: str = "text"
+    admin_key: SecretStr | None = None
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default model when none is configured."""

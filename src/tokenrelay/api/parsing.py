@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from starlette.requests import Request
 
 from tokenrelay.errors import InvalidRequest, from_validation_error
-from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.protocol.common import GenerationRequest, WireModel
 
 log = logging.getLogger(__name__)
 
 Model = TypeVar("Model", bound=GenerationRequest)
+Wire = TypeVar("Wire", bound=WireModel)
 
 MAX_BODY_BYTES = 32 << 20
 
@@ -24,12 +25,17 @@ async def parse_body(request: Request, model: type[Model], max_n: int) -> Model:
         raise InvalidRequest("The request body is too large.", code="request_too_large", status=413)
     if not body.strip():
         raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
-    try:
-        parsed = model.model_validate_json(body, strict=True, context={"max_n": max_n})
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
+    parsed = validate_json(model, body, {"max_n": max_n})
     _note_extras(request, parsed)
     return parsed
+
+
+def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None = None) -> Wire:
+    """Strict JSON validation; any complaint becomes one OpenAI-style 400 naming the field."""
+    try:
+        return model.model_validate_json(body, strict=True, context=context)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
 
 
 def _note_extras(request: Request, parsed: GenerationRequest) -> None:

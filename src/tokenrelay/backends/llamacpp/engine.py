@@ -126,6 +126,13 @@ class LlamaCppBackend:
             "tokens_generated": stats.tokens_generated,
         }
 
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        return self.model.tokenize(text, add_special=add_special, parse_special=True)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        prompts.check_token_ids(self.model, tokens, "tokens")
+        return self.model.detokenize(tokens)
+
     @property
     def n_ctx(self) -> int:
         return self.scheduler.context.n_ctx_seq

@@ -18,7 +18,7 @@ class LlamaContext:
         params.n_ctx = settings.ctx_per_slot * settings.slots
         params.n_seq_max = settings.slots
         params.n_batch = settings.batch_size
-        params.n_ubatch = settings.batch_size
+        params.n_ubatch = min(settings.ubatch_size, settings.batch_size)
         params.n_threads = settings.threads
         params.n_threads_batch = settings.threads
         params.swa_full = True  # sliding-window layers keep every cell, so cached prefixes can be reused

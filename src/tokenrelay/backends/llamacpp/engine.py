@@ -77,7 +77,7 @@ class LlamaCppBackend:
 
     def _load(self) -> None:
         log.info("loading model %s from %s", self.card.id, self.path)
-        model = LlamaModel(self.path)
+        model = LlamaModel(self.path, repack_weights=self.engine_settings.repack_weights)
         source, origin = template_for(model.architecture, model.chat_template, self.template_override)
         bos, eos = model.special("bos"), model.special("eos")
         self.template = ChatTemplate(
@@ -121,6 +121,7 @@ class LlamaCppBackend:
             "busy_slots": self.scheduler.busy_slots,
             "queue_depth": self.scheduler.queue_depth,
             "context_per_slot": self.n_ctx,
+            "batch_invariant": self.scheduler.batch_invariant,
             "steps": stats.steps,
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,

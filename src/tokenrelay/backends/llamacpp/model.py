@@ -12,7 +12,7 @@ import llama_cpp
 log = logging.getLogger(__name__)
 
 
-_LLAMA_WARN, _LLAMA_ERROR = 3, 4  # ggml_log_level values
+_LLAMA_WARN, _LLAMA_ERROR = 3, 4  # ggml_log_level values (5 is CONT: a continuation, e.g. progress dots)
 _native_log = logging.getLogger("tokenrelay.llama_cpp")
 
 
@@ -23,7 +23,7 @@ def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None
     message = text.decode("utf-8", errors="replace").rstrip()
     if not message:
         return
-    if level >= _LLAMA_ERROR:
+    if level == _LLAMA_ERROR:
         _native_log.error(message)
     elif level == _LLAMA_WARN:
         _native_log.warning(message)
@@ -43,10 +43,13 @@ def init_backend() -> llama_cpp.llama_log_callback:
 class LlamaModel:
     """Model weights plus tokenizer; shared by every context that serves it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, repack_weights: bool = False) -> None:
         init_backend()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
+        # Repacked layouts compute rows in groups of four with a different summation order than one row
+        # alone, so a sequence's logits would depend on how many others share its step.
+        params.use_extra_bufts = repack_weights
         self.path = path
         self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
 from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.invariance import batch_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.planner import PrefillNeed, StepLimits, plan_step
@@ -79,6 +80,12 @@ class Scheduler:
         self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
         self.limits = StepLimits(settings.batch_size, settings.prefill_chunk, max(settings.slots, 32))
         self.stats = EngineStats()
+        self.batch_invariant = batch_invariant(model, self.context, settings.slots)
+        if not self.batch_invariant:
+            log.warning(
+                "this llama.cpp build is not batch-invariant: greedy outputs may differ when requests share a step "
+                "(build llama-cpp-python with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF and keep repack_weights off)"
+            )
         self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
         self._queued = 0

@@ -286,7 +286,7 @@ class LlamaCppBackend:
             number, event = await inbox.get()
             run = runs[number]
             if isinstance(event, JobFailed):
-                raise APIError(event.message)
+                raise APIError(event.message, status=event.status)
             if isinstance(event, JobDone):
                 remaining -= 1
                 usage.prompt_tokens += event.prompt_tokens

@@ -45,6 +45,7 @@ class JobDone:
 @dataclass(slots=True)
 class JobFailed:
     message: str
+    status: int = 500
 
 
 @dataclass(eq=False)

@@ -134,6 +134,20 @@ class Scheduler:
             self._admit()
             if self._active():
                 self._step()
+        self._abandon_all("The server is shutting down; retry on another replica.")
+
+    def _abandon_all(self, message: str) -> None:
+        """Fail whatever is still running or waiting, so no caller waits forever on a stopped engine."""
+        self._receive(block=False)
+        jobs = {id(j): j for j in self._waiting}
+        for slot in self.slots:
+            job = slot.seq.job if slot.seq else slot.job
+            if job is not None:
+                jobs[id(job)] = job
+                self._release(slot)
+        self._waiting.clear()
+        for job in jobs.values():
+            self._sink(job, JobFailed(message, status=503))
 
     def _active(self) -> bool:
         return any(not slot.free for slot in self.slots)

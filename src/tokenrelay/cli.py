@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
     serve.add_argument("--batch-size", type=int, help="tokens per decode step")
     serve.add_argument("--queue-size", type=int, help="requests that may wait for a slot before 503")
+    serve.add_argument("--prefill-chunk", type=int, help="prompt tokens one sequence may add to a step while others decode")
     serve.add_argument("--max-n", type=int, help="largest n / best_of a request may ask for")
     serve.add_argument("--log-level", help="debug, info, warning, error")
     return parser
@@ -64,6 +65,7 @@ ENGINE_FLAGS = {
     "threads": "threads",
     "batch_size": "batch_size",
     "queue_size": "queue_size",
+    "prefill_chunk": "prefill_chunk",
 }
 
 

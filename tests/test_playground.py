@@ -183,7 +183,7 @@ def test_stop_cuts_the_reply_short_and_the_server_sees_it(playground: Playground
     assert not playground.errors
 
 
-def test_asks_for_a_key_on_401_and_keeps_it_for_the_tab_only(playground: Playground) -> None:
+def test_asks_for_a_key_on_401_and_keeps_it_for_the_tab_only(playground: Playground, tmp_path: Path) -> None:
     key = "sk-playground-session-key"
     refused: list[str] = []
 
@@ -200,6 +200,7 @@ def test_asks_for_a_key_on_401_and_keeps_it_for_the_tab_only(playground: Playgro
     playground.page.route("**/v1/**", require_key)
     playground.page.goto(f"{playground.server.base_url}/")
     playground.page.wait_for_selector("#key-dialog[open]")
+    playground.page.screenshot(path=tmp_path / "playground-key.png")
     playground.page.fill("#key-input", key)
     playground.page.click("#key-ok")
     playground.page.wait_for_function(f"document.getElementById('model').value === {json.dumps(DEFAULT_MODEL)}")

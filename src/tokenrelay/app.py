@@ -12,8 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tokenrelay import __version__
-from tokenrelay.api import chat, completions, models, tokenize
+from tokenrelay.announce import announce
+from tokenrelay.api import chat, completions, metrics, models, tokenize
 from tokenrelay.config import Settings
+from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound
 from tokenrelay.requestid import RequestIdMiddleware
 from tokenrelay.services import Services
@@ -28,14 +30,16 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.services = services
         try:
             await services.start()
+            announce(settings.host, settings.port, services.registry.all())
             yield
         finally:
             await services.close()
 
     app = FastAPI(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(RequestIdMiddleware)
-    for module in (chat, completions, models, tokenize):
+    for module in (chat, completions, models, tokenize, metrics):
         app.include_router(module.router)
+    install_console(app)
     install_error_handlers(app)
     return app
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from pydantic import ValidationError
 
 from tokenrelay import __version__
 from tokenrelay.config import Settings, load_settings
+from tokenrelay.logsetup import configure_logging
 
 
 class ModelFlag(argparse.Action):
@@ -56,9 +56,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--prefill-chunk", type=int, help="prompt tokens one sequence may add to a step while others decode")
     serve.add_argument("--max-n", type=int, help="largest n / best_of a request may ask for")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.add_argument("--log-format", choices=["text", "json"], help="text (default) or one JSON object per line")
+    serve.add_argument(
+        "--metrics-require-admin", action="store_true", default=None, help="serve /metrics only with the admin key"
+    )
     return parser
 
 
+SETTING_FLAGS = (
+    "host",
+    "port",
+    "data_dir",
+    "chat_template",
+    "max_n",
+    "log_level",
+    "log_format",
+    "metrics_require_admin",
+)
 ENGINE_FLAGS = {
     "slots": "slots",
     "ctx_size": "ctx_per_slot",
@@ -72,7 +86,7 @@ ENGINE_FLAGS = {
 def overrides_from(args: argparse.Namespace, base: Settings) -> dict[str, Any]:
     """Command-line values, shaped like the settings tree; flags left out change nothing."""
     out: dict[str, Any] = {}
-    for name in ("host", "port", "data_dir", "chat_template", "max_n", "log_level"):
+    for name in SETTING_FLAGS:
         value = getattr(args, name, None)
         if value is not None:
             out[name] = value
@@ -92,14 +106,6 @@ def merge_models(base: Settings, flags: list[dict[str, Any]]) -> list[dict[str, 
     return kept + given
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -107,9 +113,17 @@ def serve(args: argparse.Namespace) -> int:
 
     base = load_settings(args.config)
     settings = load_settings(args.config, overrides_from(args, base))
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), access_log=False)
+    # log_config=None: uvicorn's own loggers go through ours, so `--log-format json` covers them too.
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        log_config=None,
+        access_log=False,
+    )
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     max_n: int = Field(default=16, ge=1, description="largest `n` / `best_of` a request may ask for")
     log_level: str = "info"
-    log_format: str = "text"
+    log_format: Literal["text", "json"] = "text"
     admin_key: SecretStr | None = None
+    metrics_require_admin: bool = Field(default=False, description="serve /metrics only with the admin key")
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default model when none is configured."""

@@ -1,4 +1,8 @@
-"""One structured log line per request (never the key itself)."""
+"""One structured log line per request (never the key itself).
+
+The fields ride on the record; `tokenrelay.logsetup` renders them as `key=value` text or merges them into a
+JSON object (`--log-format json`).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ def call_fields(call: Call) -> dict[str, object]:
         "key": call.key_name,
         "endpoint": call.endpoint,
         "model": call.model,
-        "backend": call.backend,
+        "backend": call.backend or None,
         "stream": call.streamed,
         "status": call.status,
         "error": call.error,
@@ -29,5 +33,4 @@ def call_fields(call: Call) -> dict[str, object]:
 
 
 def log_call(call: Call) -> None:
-    fields = call_fields(call)
-    log.info(" ".join(f"{k}={v}" for k, v in fields.items() if v is not None), extra={"fields": fields})
+    log.info("request", extra={"fields": call_fields(call)})

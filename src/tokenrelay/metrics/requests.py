@@ -1,0 +1,80 @@
+"""Per-request metrics, recorded from each finished `Call`."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from tokenrelay.calls import Call
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+GAP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+TOKEN_HELP = {
+    "prompt": "Prompt tokens of finished requests.",
+    "completion": "Generated tokens of finished requests.",
+    "cached": "Prompt tokens served from cache (also counted in prompt tokens).",
+}
+
+
+def model_label(call: Call) -> str:
+    # Only served model ids become label values: a client naming a thousand unknown models must not
+    # create a thousand time series. `backend` is set once the id resolved to a backend.
+    return call.model if call.backend else ""
+
+
+class RequestMetrics:
+    """Request counts, latencies and tokens, labelled by model, endpoint, status and key name."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "tokenrelay_requests",
+            "Generation requests by model, endpoint, HTTP status (499: client went away) and key name.",
+            ["model", "endpoint", "status", "key"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "tokenrelay_time_to_first_token_seconds",
+            "Time from receiving a request to its first generated token.",
+            ["model", "endpoint"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.gap = Histogram(
+            "tokenrelay_inter_token_gap_seconds",
+            "Time between consecutive text deltas of one request.",
+            ["model", "endpoint"],
+            buckets=GAP_BUCKETS,
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "tokenrelay_request_duration_seconds",
+            "Total time of requests that reached a backend, whatever their outcome.",
+            ["model", "endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = {
+            kind: Counter(f"tokenrelay_{kind}_tokens", text, ["model", "key"], registry=registry)
+            for kind, text in TOKEN_HELP.items()
+        }
+
+    def observe(self, call: Call) -> None:
+        model, key = model_label(call), call.key_name or ""
+        self.requests.labels(model, call.endpoint, str(call.status), key).inc()
+        if not call.backend:
+            return  # rejected before any work: counted, but no latency or tokens to speak of
+        self.latency.labels(model, call.endpoint).observe(call.latency)
+        if call.ttft is not None:
+            self.ttft.labels(model, call.endpoint).observe(call.ttft)
+        gap = self.gap.labels(model, call.endpoint)
+        for seconds in call.token_gaps:
+            gap.observe(seconds)
+        self._count_tokens(call, model, key)
+
+    def _count_tokens(self, call: Call, model: str, key: str) -> None:
+        usage = call.usage
+        counts = {"prompt": usage.prompt_tokens, "completion": usage.completion_tokens, "cached": usage.cached_tokens}
+        for kind, count in counts.items():
+            if count:
+                self.tokens[kind].labels(model, key).inc(count)

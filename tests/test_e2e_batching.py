@@ -93,3 +93,18 @@ def test_long_prompt_prefill_does_not_stall_a_running_stream(small_server: Serve
     assert len(during) >= prefill_steps - 3, (len(during), prefill_steps)
     thread.join(300)
     assert json.dumps(reply.json()["usage"])
+
+
+def test_seeded_sampling_is_reproducible_across_server_processes(server: Server, small_server: Server) -> None:
+    """Same seed and parameters → same text, on another process started separately (as after a restart)."""
+    kwargs = {
+        "model": MODEL,
+        "messages": user("Tell me about owls."),
+        "max_tokens": 12,
+        "temperature": 1.1,
+        "top_p": 0.9,
+        "seed": 424242,
+    }
+    first = server.client().chat.completions.create(**kwargs).choices[0].message.content
+    second = small_server.client().chat.completions.create(**kwargs).choices[0].message.content
+    assert first == second

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
     serve.add_argument("--batch-size", type=int, help="tokens per decode step")
     serve.add_argument("--queue-size", type=int, help="requests that may wait for a slot before 503")
-    serve.add_argument("--prefill-chunk", type=int, help="prompt tokens one sequence may add to a step while others decode")
+    serve.add_argument("--prefill-chunk", type=int, help="prompt tokens per step while others decode")
     serve.add_argument("--max-n", type=int, help="largest n / best_of a request may ask for")
     serve.add_argument("--log-level", help="debug, info, warning, error")
     serve.add_argument("--log-format", choices=["text", "json"], help="text (default) or one JSON object per line")

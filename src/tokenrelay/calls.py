@@ -9,11 +9,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from tokenrelay.backends.base import Event, Finish, TextDelta, ToolCallDelta, Usage
 
 log = logging.getLogger(__name__)
+
+# The call being served by the current task. Backends read it to report partial usage when a client goes
+# away mid-generation (no final Usage event can be yielded then) and the node that served the call.
+current_call: ContextVar[Call | None] = ContextVar("tokenrelay_current_call", default=None)
 
 
 @dataclass
@@ -74,8 +79,21 @@ async def observed(events: AsyncIterator[Event], call: Call, done: Callable[[Cal
         record_failure(call, exc)
         raise
     finally:
+        # Close the backend's generator first, so whatever it records on the way out (partial usage of a
+        # cancelled generation) is on the call before the call is reported.
+        await aclose_quietly(events)
         call.ended = time.monotonic()
         done(call)
+
+
+async def aclose_quietly(events: AsyncIterator[Event]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        await aclose()
+    except Exception:  # the backend's own cleanup failing must not hide the call's real outcome
+        log.exception("closing a backend stream failed")
 
 
 def record_failure(call: Call, exc: BaseException) -> None:

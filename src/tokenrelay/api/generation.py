@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from tokenrelay.api.parsing import parse_body
 from tokenrelay.backends.base import Backend, Event
-from tokenrelay.calls import Call, observed, record_failure
+from tokenrelay.calls import Call, current_call, observed, record_failure
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.render.common import Collected, ResponseMeta, collect
 from tokenrelay.sse import stream_response
@@ -39,6 +39,7 @@ class Endpoint(Protocol):
 async def handle(request: Request, endpoint: Endpoint) -> Response:
     services = request.app.state.services
     call = Call(request_id=request.state.request_id, endpoint=endpoint.name, model="")
+    current_call.set(call)
     services.begin_call(call, request)
     try:
         body = await parse_body(request, endpoint.request_model, services.settings.max_n)

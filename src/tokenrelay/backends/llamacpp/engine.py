@@ -20,6 +20,7 @@ from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
 from tokenrelay.backends.llamacpp.templates import ChatTemplate, template_for
 from tokenrelay.backends.llamacpp.textstream import TextStream
+from tokenrelay.calls import current_call
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import APIError, InvalidRequest
 from tokenrelay.progress import Progress
@@ -258,14 +259,19 @@ class LlamaCppBackend:
                 loop.call_soon_threadsafe(inbox.put_nowait, (number, event))
 
             jobs.append(Job(run.tokens, plans, sink, prompt_logprobs=prompt_logprobs, echo_from=run.echo_from))
+        call = current_call.get()
+        finished = False
         try:
             for job in jobs:
                 self.scheduler.submit(job)
             async for event in self._events(runs, jobs, inbox, request.choices, ranked, prompt_logprobs):
                 yield event
+            finished = True
         finally:
             for job in jobs:
                 job.cancel()
+            if not finished and call is not None:
+                call.usage = partial_usage(jobs)
 
     async def _events(
         self,
@@ -309,6 +315,15 @@ class LlamaCppBackend:
             placed.extend(offsets.feed(bytes(entry.bytes or []), entry).logprobs)
         placed.extend(offsets.flush().logprobs)
         return [TextDelta(plan.index, run.echo_text, placed) for plan in job.seqs]
+
+
+def partial_usage(jobs: list[Job]) -> Usage:
+    """What a request cut short had consumed: its prompts and the tokens generated so far."""
+    return Usage(
+        prompt_tokens=sum(len(job.prompt) for job in jobs),
+        completion_tokens=sum(job.completion_tokens for job in jobs),
+        cached_tokens=sum(job.cached_tokens for job in jobs),
+    )
 
 
 def translate(event: object, run: PromptRun, pool: dict[int, Candidate], ranked: bool, n: int) -> list[Event]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 
 import httpx
@@ -238,7 +239,9 @@ def engine_status(server) -> dict:
 def test_client_disconnect_stops_generation(server) -> None:
     body = {"model": MODEL, "messages": PROMPT, "max_tokens": 1500, "stream": True, "temperature": 1.0, "stop": []}
     before = engine_status(server)["tokens_generated"]
-    with server.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+    with server.http() as http, http.stream(
+        "POST", "/v1/chat/completions", json=body, headers={"X-Request-ID": "cancel-me-1"}
+    ) as response:
         for i, _ in enumerate(response.iter_lines()):
             if i > 6:
                 break
@@ -250,6 +253,15 @@ def test_client_disconnect_stops_generation(server) -> None:
     time.sleep(0.5)
     assert engine_status(server)["tokens_generated"] == status["tokens_generated"]
     assert status["tokens_generated"] - before < 300  # stopped long before max_tokens
+    # The request is accounted as cancelled (499) with the tokens it really consumed.
+    deadline = time.monotonic() + 5
+    while "cancel-me-1" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (line,) = [ln for ln in server.log().splitlines() if "request_id=cancel-me-1" in ln]
+    assert "status=499" in line
+    generated = int(re.search(r"completion_tokens=(\d+)", line).group(1))
+    assert 3 <= generated < 300
+    assert int(re.search(r"prompt_tokens=(\d+)", line).group(1)) > 0
 
 
 def test_concurrent_requests_do_not_corrupt_each_other(client: OpenAI) -> None:

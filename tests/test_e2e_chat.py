@@ -239,9 +239,10 @@ def engine_status(server) -> dict:
 def test_client_disconnect_stops_generation(server) -> None:
     body = {"model": MODEL, "messages": PROMPT, "max_tokens": 1500, "stream": True, "temperature": 1.0, "stop": []}
     before = engine_status(server)["tokens_generated"]
-    with server.http() as http, http.stream(
-        "POST", "/v1/chat/completions", json=body, headers={"X-Request-ID": "cancel-me-1"}
-    ) as response:
+    with (
+        server.http() as http,
+        http.stream("POST", "/v1/chat/completions", json=body, headers={"X-Request-ID": "cancel-me-1"}) as response,
+    ):
         for i, _ in enumerate(response.iter_lines()):
             if i > 6:
                 break

@@ -51,7 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--slots", type=int, help="sequences decoded together per model")
     serve.add_argument("--ctx-size", type=int, help="context tokens per slot")
     serve.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
-    serve.add_argument("--batch-size", type=int, help="tokens per decode step")
     serve.add_argument("--queue-size", type=int, help="requests that may wait for a slot before 503")
     serve.add_argument("--prefill-chunk", type=int, help="prompt tokens per step while others decode")
     serve.add_argument("--max-n", type=int, help="largest n / best_of a request may ask for")
@@ -77,7 +76,6 @@ ENGINE_FLAGS = {
     "slots": "slots",
     "ctx_size": "ctx_per_slot",
     "threads": "threads",
-    "batch_size": "batch_size",
     "queue_size": "queue_size",
     "prefill_chunk": "prefill_chunk",
 }

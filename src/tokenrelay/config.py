@@ -23,11 +23,9 @@ class EngineSettings(BaseModel):
     threads: int = Field(default_factory=lambda: max(1, min(os.cpu_count() or 1, 8)), ge=1)
     slots: int = Field(default=8, ge=1, le=256, description="sequences decoded together in one context")
     ctx_per_slot: int = Field(default=2048, ge=64, description="KV cells available to each sequence")
-    batch_size: int = Field(default=512, ge=16, description="tokens per llama_decode call")
-    ubatch_size: int = Field(
-        default=128, ge=8, description="tokens per compute pass (the logits buffer scales with it x vocabulary)"
+    prefill_chunk: int = Field(
+        default=64, ge=8, le=4096, description="prompt tokens evaluated per step (and the prefix-reuse granularity)"
     )
-    prefill_chunk: int = Field(default=256, ge=8, description="prompt tokens one sequence may add to a step")
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
     kv_unified: bool = Field(default=False, description="one KV buffer for all sequences (breaks batch invariance)")
     repack_weights: bool = Field(

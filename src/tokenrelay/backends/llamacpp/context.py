@@ -8,6 +8,10 @@ from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.config import EngineSettings
 
 
+def step_capacity(settings: EngineSettings) -> int:
+    return settings.prefill_chunk + settings.slots
+
+
 class LlamaContext:
     """One context, `slots` sequences. KV is kept per sequence (not unified) so that a sequence's attention
     sums run over the same cells whether it decodes alone or beside others: that is what makes greedy
@@ -17,8 +21,9 @@ class LlamaContext:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = settings.ctx_per_slot * settings.slots
         params.n_seq_max = settings.slots
-        params.n_batch = settings.batch_size
-        params.n_ubatch = min(settings.ubatch_size, settings.batch_size)
+        # One step is one compute pass: a prompt chunk plus a token per slot. Letting llama.cpp split a step
+        # into several passes would re-cut prompts into pieces that depend on what else is running.
+        params.n_batch = params.n_ubatch = step_capacity(settings)
         params.n_threads = settings.threads
         params.n_threads_batch = settings.threads
         params.swa_full = True  # sliding-window layers keep every cell, so cached prefixes can be reused
@@ -29,7 +34,7 @@ class LlamaContext:
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ptr)
-        self.batch = Batch(settings.batch_size)
+        self.batch = Batch(step_capacity(settings))
 
     def close(self) -> None:
         self.batch.close()

@@ -22,49 +22,42 @@ PROBES = (
 )
 
 
-def _decode(context: LlamaContext, prompts: list[list[int]], seqs: list[int]) -> list[int]:
-    """Evaluate each prompt on its sequence in one step; returns each prompt's last row index."""
+def _run(context: LlamaContext, rows: list[tuple[int, int, int, bool]]) -> list[int]:
+    """One `llama_decode` over (token, position, sequence, wants logits) rows; returns the rows' indices."""
     batch = context.batch
     batch.clear()
-    rows = []
-    for tokens, seq in zip(prompts, seqs, strict=True):
-        for pos, token in enumerate(tokens):
-            row = batch.add(token, pos, seq, pos == len(tokens) - 1)
-        rows.append(row)
+    indices = [batch.add(*row) for row in rows]
     if context.decode() != 0:
         raise RuntimeError("llama_decode failed during the batch-invariance probe")
-    return rows
+    return indices
 
 
-def _step(context: LlamaContext, tokens: list[int], positions: list[int], seqs: list[int]) -> list[int]:
-    batch = context.batch
-    batch.clear()
-    rows = [batch.add(t, p, s, True) for t, p, s in zip(tokens, positions, seqs, strict=True)]
-    if context.decode() != 0:
-        raise RuntimeError("llama_decode failed during the batch-invariance probe")
-    return rows
+def _prompt_rows(tokens: list[int], seq: int) -> list[tuple[int, int, int, bool]]:
+    return [(t, pos, seq, pos == len(tokens) - 1) for pos, t in enumerate(tokens)]
 
 
 def batch_invariant(model: LlamaModel, context: LlamaContext, slots: int) -> bool:
-    """True when prefill and decode give bit-identical logits alone and beside other sequences."""
+    """True when a sequence's logits are bit-identical alone and sharing steps with others, the way the
+    scheduler shares them: one prompt chunk plus one decoding token per other sequence."""
     if slots < 2:
         return True
     prompts = [model.tokenize(p, add_special=True, parse_special=False) for p in PROBES[: min(slots, len(PROBES))]]
     seqs = list(range(len(prompts)))
+    row = lambda i: logits_row(context.ptr, i, model.n_vocab).copy()  # noqa: E731
     try:
-        (row,) = _decode(context, prompts[:1], [0])
-        alone_prefill = logits_row(context.ptr, row, model.n_vocab).copy()
-        next_token = int(np.argmax(alone_prefill))
-        (row,) = _step(context, [next_token], [len(prompts[0])], [0])
-        alone_decode = logits_row(context.ptr, row, model.n_vocab).copy()
+        alone_prefill = row(_run(context, _prompt_rows(prompts[0], 0))[-1])
+        token = int(np.argmax(alone_prefill))
+        alone_decode = row(_run(context, [(token, len(prompts[0]), 0, True)])[0])
         context.clear(0)
 
-        rows = _decode(context, prompts, seqs)
-        together_prefill = logits_row(context.ptr, rows[0], model.n_vocab).copy()
-        firsts = [int(np.argmax(logits_row(context.ptr, r, model.n_vocab))) for r in rows]
-        firsts[0] = next_token
-        rows = _step(context, firsts, [len(p) for p in prompts], seqs)
-        together_decode = logits_row(context.ptr, rows[0], model.n_vocab).copy()
+        others = []
+        for seq in seqs[1:]:
+            last = _run(context, _prompt_rows(prompts[seq], seq))[-1]
+            others.append((int(np.argmax(row(last))), len(prompts[seq]), seq, True))
+        shared = _run(context, _prompt_rows(prompts[0], 0) + others)
+        together_prefill = row(shared[len(prompts[0]) - 1])
+        steps = [(token, len(prompts[0]), 0, True)] + [(t, p + 1, s, True) for t, p, s, _ in others]
+        together_decode = row(_run(context, steps)[0])
     finally:
         for seq in seqs:
             context.clear(seq)

@@ -1,8 +1,10 @@
 """Which tokens go into the next `llama_decode`: the fairness rule between decoding and prefilling.
 
 Every decoding sequence gets exactly one token in every step, so a stream is never stalled by someone
-else's prompt; prompts are evaluated in chunks from what is left of the batch, capped at `prefill_chunk`
-tokens per step while anyone is decoding (the whole batch when no one is), first come first served.
+else's prompt. Prompts are evaluated first come, first served, one chunk per step, and chunks sit at fixed
+positions (multiples of `chunk` from the start of the prompt). llama.cpp's CPU kernels round differently
+for different numbers of rows per sequence, so a prompt is evaluated in the same pieces whatever else is
+running: that is what keeps a request's output independent of its neighbours (batch invariance).
 """
 
 from __future__ import annotations
@@ -11,17 +13,10 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class StepLimits:
-    batch_size: int
-    prefill_chunk: int
-    max_outputs: int  # rows of logits one step may produce (each row is n_vocab floats)
-
-
-@dataclass(frozen=True, slots=True)
 class PrefillNeed:
     key: int  # slot id
+    position: int  # next prompt position to evaluate
     pending: int  # prompt tokens still to evaluate
-    all_logits: bool  # every prompt position needs logits (echo with logprobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,19 +25,20 @@ class StepPlan:
     prefill: list[tuple[int, int]]  # (slot id, tokens to evaluate this step)
 
 
-def plan_step(decoding: list[int], prefilling: list[PrefillNeed], limits: StepLimits) -> StepPlan:
-    decode = decoding[: limits.batch_size]
-    room = limits.batch_size - len(decode)
-    budget = min(room, limits.prefill_chunk if decode else room)
-    outputs = limits.max_outputs - len(decode)
-    prefill: list[tuple[int, int]] = []
-    for need in prefilling:
-        take = min(budget, need.pending)
-        if need.all_logits:
-            take = min(take, outputs)
-        if take <= 0:
-            break
-        prefill.append((need.key, take))
-        budget -= take
-        outputs -= take if need.all_logits else 1
-    return StepPlan(decode=decode, prefill=prefill)
+def aligned_take(position: int, pending: int, chunk: int) -> int:
+    """Tokens from `position` up to the next chunk boundary (or the end of the prompt)."""
+    return min(pending, chunk - position % chunk)
+
+
+def plan_step(decoding: list[int], prefilling: list[PrefillNeed], chunk: int) -> StepPlan:
+    prefill = []
+    if prefilling:
+        head = prefilling[0]
+        prefill.append((head.key, aligned_take(head.position, head.pending, chunk)))
+    return StepPlan(decode=list(decoding), prefill=prefill)
+
+
+def aligned_prefix(shared: int, chunk: int) -> int:
+    """The part of a shared prefix that may be reused: whole chunks only, so the rest is evaluated in the
+    same pieces as it would be from scratch."""
+    return shared - shared % chunk

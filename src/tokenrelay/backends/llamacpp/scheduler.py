@@ -18,7 +18,7 @@ from tokenrelay.backends.llamacpp.context import LlamaContext
 from tokenrelay.backends.llamacpp.invariance import batch_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.planner import PrefillNeed, StepLimits, plan_step
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step
 from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, log_softmax, logits_row, top_k
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
 from tokenrelay.config import EngineSettings
@@ -44,6 +44,7 @@ class Slot:
 
     seq_id: int
     cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
+    chunked: int = 0  # leading cache positions evaluated as whole prompt chunks (reusable exactly)
     seq: Sequence | None = None  # decoding
     job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
@@ -78,7 +79,7 @@ class Scheduler:
         self.settings = settings
         self.context = LlamaContext(model, settings)
         self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
-        self.limits = StepLimits(settings.batch_size, settings.prefill_chunk, max(settings.slots, 32))
+        self.chunk = settings.prefill_chunk
         self.stats = EngineStats()
         self.batch_invariant = batch_invariant(model, self.context, settings.slots)
         if not self.batch_invariant:
@@ -186,26 +187,31 @@ class Scheduler:
             self._place(job, free)
 
     def _place(self, job: Job, free: list[Slot]) -> None:
-        reuse = job.prompt_logprobs is None
-        free.sort(key=lambda s: common_prefix(s.cache, job.prompt) if reuse else 0, reverse=True)
+        free.sort(key=lambda s: self._reusable(s, job), reverse=True)
         primary, others = free[0], free[1 : len(job.seqs)]
-        keep = min(common_prefix(primary.cache, job.prompt), len(job.prompt) - 1) if reuse else 0
+        keep = self._reusable(primary, job)
         if not self.context.keep_prefix(primary.seq_id, keep):
             self.context.clear(primary.seq_id)
             keep = 0
-        primary.cache = primary.cache[:keep]
+        primary.cache, primary.chunked = primary.cache[:keep], keep
         primary.job, primary.pending = job, job.prompt[keep:]
         job.cached_tokens = keep
         job.running = len(job.seqs)
         for slot in others:
             slot.job, slot.primary = job, primary
 
+    def _reusable(self, slot: Slot, job: Job) -> int:
+        """Cached prompt tokens a job may reuse from a slot: whole chunks, and never the last prompt token
+        (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused."""
+        if job.prompt_logprobs is not None:
+            return 0
+        shared = min(common_prefix(slot.cache, job.prompt), slot.chunked, len(job.prompt) - 1)
+        return aligned_prefix(shared, self.chunk)
+
     def _step(self) -> None:
         decoding = [s.seq_id for s in self.slots if s.seq is not None]
-        prefilling = [
-            PrefillNeed(s.seq_id, len(s.pending), s.job.prompt_logprobs is not None) for s in self._prefill_order()
-        ]
-        plan = plan_step(decoding, prefilling, self.limits)
+        prefilling = [PrefillNeed(s.seq_id, len(s.cache), len(s.pending)) for s in self._prefill_order()]
+        plan = plan_step(decoding, prefilling, self.chunk)
         batch = self.context.batch
         batch.clear()
         rows: dict[int, int] = {}
@@ -243,6 +249,8 @@ class Scheduler:
             last = not slot.pending and i == len(tokens) - 1
             batch.add(token, start + i, slot.seq_id, all_logits or last)
         slot.cache.extend(tokens)
+        if len(slot.cache) % self.chunk == 0:
+            slot.chunked = len(slot.cache)
         self.stats.prompt_tokens_evaluated += len(tokens)
         return slot, first_row, start
 
@@ -284,7 +292,7 @@ class Scheduler:
         for plan, slot in zip(job.seqs, [primary, *secondaries], strict=True):
             if slot is not primary:
                 self.context.copy(primary.seq_id, slot.seq_id)
-                slot.cache = list(primary.cache)
+                slot.cache, slot.chunked = list(primary.cache), primary.chunked
                 logits_row(self.context.ptr, row, self.model.n_vocab)[:] = shared
             slot.job, slot.primary, slot.pending = None, None, []
             slot.seq = Sequence(
@@ -356,7 +364,7 @@ class Scheduler:
             if job is None:
                 continue
             self.context.clear(slot.seq_id)
-            slot.cache = []
+            slot.cache, slot.chunked = [], 0
             self._release(slot)
             failed[id(job)] = job
         for job in failed.values():

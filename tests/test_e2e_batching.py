@@ -108,3 +108,9 @@ def test_seeded_sampling_is_reproducible_across_server_processes(server: Server,
     first = server.client().chat.completions.create(**kwargs).choices[0].message.content
     second = small_server.client().chat.completions.create(**kwargs).choices[0].message.content
     assert first == second
+
+
+def test_engine_reports_batch_invariance(server: Server) -> None:
+    """The start-up probe found a sequence's logits identical alone and beside others (needs the README's
+    llama.cpp build without llamafile kernels; a build with them reports false and this test says so)."""
+    assert status(server)["batch_invariant"] is True

@@ -102,7 +102,7 @@ async def one(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: in
         "stream_options": {"include_usage": True},
     }
     started = time.perf_counter()
-    ttft, text, tokens = None, [], 0
+    ttft, text, tokens, counted = None, [], 0, 0
     async with client.stream("POST", "/v1/completions", json=body) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -113,9 +113,11 @@ async def one(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: in
                 if piece and ttft is None:
                     ttft = time.perf_counter() - started
                 text.append(piece)
+                counted += 1 if piece else 0
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-    return tokens, ttft if ttft is not None else float("nan"), "".join(text)
+    # llama_cpp.server sends no usage chunk; both servers send one chunk per generated token.
+    return tokens or counted, ttft if ttft is not None else float("nan"), "".join(text)
 
 
 async def run_level(base: str, model: str, concurrency: int, max_tokens: int, rounds: int) -> Result:

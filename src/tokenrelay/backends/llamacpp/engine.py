@@ -128,6 +128,8 @@ class LlamaCppBackend:
             "steps": stats.steps,
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,
+            "decode_seconds": round(stats.decode_seconds, 3),
+            "step_seconds": round(stats.step_seconds, 3),
         }
 
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -61,6 +62,8 @@ class EngineStats:
     prompt_tokens_evaluated: int = 0
     tokens_generated: int = 0
     jobs_done: int = 0
+    decode_seconds: float = 0.0  # inside llama_decode
+    step_seconds: float = 0.0  # whole steps (decode + batching + sampling + text)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -209,6 +212,7 @@ class Scheduler:
         return aligned_prefix(shared, self.chunk)
 
     def _step(self) -> None:
+        step_started = time.perf_counter()
         decoding = [s.seq_id for s in self.slots if s.seq is not None]
         prefilling = [PrefillNeed(s.seq_id, len(s.cache), len(s.pending)) for s in self._prefill_order()]
         plan = plan_step(decoding, prefilling, self.chunk)
@@ -224,14 +228,17 @@ class Scheduler:
             chunks.append(self._add_prompt_chunk(self.slots[seq_id], take))
         if batch.size == 0:
             return
+        decode_started = time.perf_counter()
         if self.context.decode() != 0:
             self._fail_batch()
             return
+        self.stats.decode_seconds += time.perf_counter() - decode_started
         self.stats.steps += 1
         for seq_id, row in rows.items():
             self._sample(self.slots[seq_id], row)
         for slot, first_row, start in chunks:
             self._after_prefill_chunk(slot, first_row, start)
+        self.stats.step_seconds += time.perf_counter() - step_started
 
     def _prefill_order(self) -> list[Slot]:
         """Prompts are evaluated first come, first served."""

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, server_env
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from conftest import ROOT, server_env
 from tokenrelay.store.database import create_engine
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

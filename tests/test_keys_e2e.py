@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+
 from accounting_support import FAST_CACHE, cli, counters, create_key, ledger_rows, postgres_database, sqlite_url
 from conftest import DEFAULT_MODEL, Server, start_server
-
 from tokenrelay.limits.cost import prompt_bound
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -102,7 +102,15 @@ def test_missing_key_is_401_before_the_body_is_read(deployment: Deployment) -> N
 
 @pytest.mark.parametrize(
     "header",
-    ["Basic dXNlcjpwYXNz", "Bearer", "Bearer x", "bearer  tr-", "tr-not-even-a-scheme", "Bearer tr-" + "x" * 43, "Bearer sk-abc"],
+    [
+        "Basic dXNlcjpwYXNz",
+        "Bearer",
+        "Bearer x",
+        "bearer  tr-",
+        "tr-not-even-a-scheme",
+        "Bearer tr-" + "x" * 43,
+        "Bearer sk-abc",
+    ],
 )
 def test_malformed_and_wrong_keys_are_401(deployment: Deployment, header: str) -> None:
     with deployment.server.http(headers={"Authorization": header}) as http:

@@ -106,25 +106,36 @@ class Limiter:
 
 
 def refusal(principal: Principal, cost: int, now: float, row: Row[Any] | None) -> Exception:
-    """The 429 for a refused admission, naming the limit that is full (a budget before rates)."""
+    """The 429 for a refused admission: the limit with the least room left.
+
+    Read after the refusing UPDATE, so requests settling in between may have made room again; the limit
+    closest to full is still the one that refused (and a key with only a budget always gets its quota error).
+    """
     if row is None:
         return RateLimited("This key has no limit counters; ask the operator to recreate it.")
-    if principal.budget_tokens is not None and row.budget_used + row.budget_reserved + cost > principal.budget_tokens:
-        left = max(0, principal.budget_tokens - row.budget_used - row.budget_reserved)
-        return QuotaExceeded(
-            f"This key's token budget is exhausted: the request may use up to {cost} tokens and {left} remain "
-            f"of {principal.budget_tokens} (tokens held by requests in flight are not available)."
+    return min(_candidates(principal, cost, now, row), key=lambda pair: pair[0])[1]
+
+
+def _candidates(principal: Principal, cost: int, now: float, row: Row[Any]) -> list[tuple[float, Exception]]:
+    found: list[tuple[float, Exception]] = []
+    if principal.budget_tokens is not None:
+        left = principal.budget_tokens - row.budget_used - row.budget_reserved
+        message = (
+            f"This key's token budget is exhausted: the request may use up to {cost} tokens and {max(0, left)} "
+            f"remain of {principal.budget_tokens} (tokens held by requests in flight are not available)."
         )
+        found.append(((left - cost) / max(principal.budget_tokens, 1), QuotaExceeded(message)))
     if principal.rpm is not None:
         level = drained(row.rpm_level, row.rpm_at, principal.rpm, now)
-        if level + 1 > principal.rpm:
-            wait = retry_after(level, 1, principal.rpm)
-            return _rate_limited(f"Rate limit reached: {principal.rpm} requests per minute.", wait)
+        wait = retry_after(level, 1, principal.rpm)
+        error = _rate_limited(f"Rate limit reached: {principal.rpm} requests per minute.", wait)
+        found.append(((principal.rpm - level - 1) / principal.rpm, error))
     if principal.tpm is not None:
         level = drained(row.tpm_level, row.tpm_at, principal.tpm, now)
         wait = retry_after(level, cost, principal.tpm)
-        return _rate_limited(f"Rate limit reached: {principal.tpm} tokens per minute (this request: {cost}).", wait)
-    return _rate_limited("Rate limit reached.", 1)  # the counters moved between the UPDATE and this read
+        error = _rate_limited(f"Rate limit reached: {principal.tpm} tokens per minute (this request: {cost}).", wait)
+        found.append(((principal.tpm - level - cost) / principal.tpm, error))
+    return found
 
 
 def _rate_limited(message: str, wait: int) -> RateLimited:

@@ -250,3 +250,19 @@ def test_rows_the_database_refuses_at_shutdown_are_spilled_and_replayed(sqlite_o
 
     run(replay())
     assert not spill.exists() and run(_count(sqlite_only)) == 5
+
+
+def test_an_unreachable_key_store_is_a_503_not_a_crash() -> None:
+    from tokenrelay.auth.verifier import KeyVerifier
+    from tokenrelay.errors import Overloaded
+
+    async def scenario() -> None:
+        settings = Settings(database_url="postgresql://nobody@127.0.0.1:1/nowhere")
+        engine = create_engine(database_url(settings))
+        verifier = KeyVerifier(KeyStore(engine), settings)
+        with pytest.raises(Overloaded) as caught:
+            await verifier.verify(new_secret())
+        assert caught.value.status == 503 and caught.value.headers["Retry-After"] == "2"
+        await engine.dispose()
+
+    run(scenario())

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import HTTPConnection
 
 from tokenrelay.adminauth import bearer_token
@@ -12,10 +15,22 @@ from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
 from tokenrelay.auth.ttlcache import TTLCache
 from tokenrelay.config import Settings
-from tokenrelay.errors import AuthenticationError
+from tokenrelay.errors import AuthenticationError, Overloaded
 from tokenrelay.timeutil import utcnow
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+async def guarded(lookup: Callable[[], Awaitable[T]]) -> T:
+    """A key-store lookup; an unreachable database is a 503 the client may retry, not a bare 500."""
+    try:
+        return await lookup()
+    except (SQLAlchemyError, OSError):
+        log.exception("the key store is unreachable")
+        message = "API keys cannot be verified right now; retry shortly."
+        raise Overloaded(message, headers={"Retry-After": "2"}) from None
 
 
 class KeyVerifier:
@@ -38,7 +53,7 @@ class KeyVerifier:
         """Keys are needed once a static key is configured or any key was ever created."""
         if any(p is STATIC_KEY for _, p in self._static):
             return True
-        return await self._locked.get("any", self.store.any_keys)
+        return await self._locked.get("any", lambda: guarded(self.store.any_keys))
 
     async def verify(self, token: str) -> Principal | None:
         """The principal for a token, or None when it is unknown, revoked or expired."""
@@ -48,7 +63,7 @@ class KeyVerifier:
                 return principal
         if not looks_like_key(token):
             return None
-        principal = await self._keys.get(digest, lambda: self.store.principal(digest))
+        principal = await self._keys.get(digest, lambda: guarded(lambda: self.store.principal(digest)))
         if principal is None or principal.expired(utcnow()):
             return None
         return principal

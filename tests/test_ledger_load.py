@@ -32,7 +32,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         "load": create_key(url, "load", "--rpm", "100000", "--tpm", "10000000", "--budget-tokens", "10000000"),
         "budget": create_key(url, "budget", "--budget-tokens", "100"),
     }
-    server = start_server(tmp, "--database-url", url, "--queue-size", "256", env=FAST_CACHE)
+    # Many short sequences per decode step: the 200 requests need fewer steps (each costs about the same).
+    server = start_server(
+        tmp, "--database-url", url, "--queue-size", "256", "--slots", "32", "--ctx-size", "256", env=FAST_CACHE
+    )
     try:
         yield Setup(server, url, keys)
     finally:

@@ -266,3 +266,19 @@ def test_an_unreachable_key_store_is_a_503_not_a_crash() -> None:
         await engine.dispose()
 
     run(scenario())
+
+
+def test_a_caller_going_away_does_not_cancel_the_shared_lookup() -> None:
+    async def load() -> str:
+        await asyncio.sleep(0.1)
+        return "value"
+
+    async def scenario() -> str:
+        cache: TTLCache[str, str] = TTLCache(ttl=10)
+        first = asyncio.create_task(cache.get("k", load))
+        second = asyncio.create_task(cache.get("k", load))
+        await asyncio.sleep(0.02)
+        first.cancel()  # the client that triggered the lookup disconnects
+        return await second
+
+    assert run(scenario()) == "value"

@@ -1,16 +1,18 @@
-"""The ledger and the limits under concurrent load on one server (SQLite)."""
+"""The ledger and the limits under concurrent load on one server, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from accounting_support import FAST_CACHE, counters, create_key, ledger_rows, sqlite_url
+from accounting_support import FAST_CACHE, counters, create_key, ledger_rows, postgres_database, sqlite_url
 from conftest import DEFAULT_MODEL, Server, start_server
 
 LOAD = 200
@@ -23,10 +25,14 @@ class Setup:
     keys: dict[str, str]
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    tmp = tmp_path_factory.mktemp("load")
-    url = sqlite_url(tmp)
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def setup(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    tmp = tmp_path_factory.mktemp(f"load-{request.param}")
+    with postgres_database() if request.param == "postgresql" else nullcontext(sqlite_url(tmp)) as url:
+        yield from _serve(tmp, url)
+
+
+def _serve(tmp: Path, url: str) -> Iterator[Setup]:
     keys = {
         # Generous limits, so every request goes through reservation and settlement without being refused.
         "load": create_key(url, "load", "--rpm", "100000", "--tpm", "10000000", "--budget-tokens", "10000000"),

@@ -26,23 +26,20 @@ class TTLCache(Generic[K, V]):
         hit = self._values.get(key)
         if hit is not None and time.monotonic() - hit[0] < self.ttl:
             return hit[1]
-        pending = self._loading.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        return await self._load(key, load)
+        task = self._loading.get(key)
+        if task is None:
+            # The load runs as its own task, so a caller that goes away (and is cancelled) does not cancel
+            # the lookup the other callers are waiting for.
+            task = asyncio.ensure_future(self._load(key, load))
+            task.add_done_callback(_retrieve)
+            self._loading[key] = task
+        return await asyncio.shield(task)
 
     async def _load(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
-        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
         try:
             value = await load()
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # a failure nobody else awaited is not "never retrieved"
-            raise
         finally:
             self._loading.pop(key, None)
-        future.set_result(value)
         self._store(key, value)
         return value
 
@@ -53,3 +50,9 @@ class TTLCache(Generic[K, V]):
 
     def forget(self, key: K) -> None:
         self._values.pop(key, None)
+
+
+def _retrieve(task: asyncio.Future[object]) -> None:
+    """Mark a failed load's exception as seen even if every caller had gone away (no asyncio warning)."""
+    if not task.cancelled():
+        task.exception()

@@ -17,7 +17,6 @@ from accounting_support import postgres_database, sqlite_url
 from tokenrelay.accounting import is_loopback
 from tokenrelay.auth.keysecrets import KEY_PREFIX, display_prefix, hash_secret, looks_like_key, new_secret
 from tokenrelay.auth.keystore import KeySpec, KeyStore
-from tokenrelay.auth.ttlcache import TTLCache
 from tokenrelay.backends.base import Finish, TextDelta, TokenLogprob, Usage
 from tokenrelay.calls import Call
 from tokenrelay.config import AccountingSettings, Settings
@@ -66,22 +65,6 @@ def test_expiry_and_loopback_parsing() -> None:
         parse_expiry("soon")
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.com")
-
-
-def test_ttl_cache_loads_once_for_concurrent_misses() -> None:
-    loads = 0
-
-    async def load() -> str:
-        nonlocal loads
-        loads += 1
-        await asyncio.sleep(0.05)
-        return "value"
-
-    async def scenario() -> list[str]:
-        cache: TTLCache[str, str] = TTLCache(ttl=10)
-        return await asyncio.gather(*(cache.get("k", load) for _ in range(50)))
-
-    assert run(scenario()) == ["value"] * 50 and loads == 1
 
 
 def test_cut_calls_count_the_tokens_they_produced() -> None:
@@ -268,17 +251,39 @@ def test_an_unreachable_key_store_is_a_503_not_a_crash() -> None:
     run(scenario())
 
 
-def test_a_caller_going_away_does_not_cancel_the_shared_lookup() -> None:
-    async def load() -> str:
-        await asyncio.sleep(0.1)
-        return "value"
+class CountingStore(KeyStore):
+    """The real key store, counting its lookups."""
 
-    async def scenario() -> str:
-        cache: TTLCache[str, str] = TTLCache(ttl=10)
-        first = asyncio.create_task(cache.get("k", load))
-        second = asyncio.create_task(cache.get("k", load))
-        await asyncio.sleep(0.02)
-        first.cancel()  # the client that triggered the lookup disconnects
-        return await second
+    lookups = 0
 
-    assert run(scenario()) == "value"
+    async def principal(self, secret_hash: str) -> object:
+        self.lookups += 1
+        await asyncio.sleep(0.05)
+        return await super().principal(secret_hash)
+
+
+def test_verified_keys_are_looked_up_once_then_cached_briefly(tmp_path: Path) -> None:
+    from tokenrelay.auth.verifier import KeyVerifier
+
+    async def scenario() -> None:
+        url = sqlite_url(tmp_path)
+        engine, store, _ = await opened(url)
+        _record, secret = await store.create(KeySpec(name="cached"))
+        counting = CountingStore(engine)
+        verifier = KeyVerifier(
+            counting, Settings(database_url=url, accounting=AccountingSettings(key_cache_seconds=0.3))
+        )
+        found = await asyncio.gather(*(verifier.verify(secret) for _ in range(50)))
+        assert {p.name for p in found} == {"cached"} and counting.lookups == 1
+        unknown = new_secret()
+        gone, waiting = (asyncio.create_task(verifier.verify(unknown)) for _ in range(2))
+        await asyncio.sleep(0.01)
+        gone.cancel()  # the caller whose miss started the lookup disconnects; the other still gets its answer
+        assert await waiting is None
+        await store.revoke("cached")
+        assert (await verifier.verify(secret)).name == "cached"  # still cached ...
+        await asyncio.sleep(0.35)
+        assert await verifier.verify(secret) is None  # ... until the cache time passes
+        await engine.dispose()
+
+    run(scenario())

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from async_lru import alru_cache
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import HTTPConnection
 
@@ -13,7 +14,6 @@ from tokenrelay.adminauth import bearer_token
 from tokenrelay.auth.keysecrets import hash_secret, looks_like_key, same_hash
 from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
-from tokenrelay.auth.ttlcache import TTLCache
 from tokenrelay.config import Settings
 from tokenrelay.errors import AuthenticationError, Overloaded
 from tokenrelay.timeutil import utcnow
@@ -35,14 +35,21 @@ async def guarded(lookup: Callable[[], Awaitable[T]]) -> T:
 
 class KeyVerifier:
     """Verified keys are cached for `accounting.key_cache_seconds`, which bounds how long a revocation
-    takes to reach every replica; a cache miss costs one indexed lookup."""
+    takes to reach every replica; a cache miss costs one indexed lookup. Concurrent misses on one key share
+    a single lookup (200 requests arriving with a new key cause one query, not 200)."""
 
     def __init__(self, store: KeyStore, settings: Settings) -> None:
         self.store = store
-        ttl = settings.accounting.key_cache_seconds
-        self._keys: TTLCache[str, Principal | None] = TTLCache(ttl)
-        self._locked: TTLCache[str, bool] = TTLCache(ttl)
+        cached = alru_cache(maxsize=10_000, ttl=settings.accounting.key_cache_seconds)
+        self._principal = cached(self._lookup_principal)
+        self._any_keys = cached(self._lookup_any_keys)
         self._static = self._static_hashes(settings)
+
+    async def _lookup_principal(self, digest: str) -> Principal | None:
+        return await guarded(lambda: self.store.principal(digest))
+
+    async def _lookup_any_keys(self) -> bool:
+        return await guarded(self.store.any_keys)
 
     @staticmethod
     def _static_hashes(settings: Settings) -> list[tuple[str, Principal]]:
@@ -53,7 +60,7 @@ class KeyVerifier:
         """Keys are needed once a static key is configured or any key was ever created."""
         if any(p is STATIC_KEY for _, p in self._static):
             return True
-        return await self._locked.get("any", lambda: guarded(self.store.any_keys))
+        return await self._any_keys()
 
     async def verify(self, token: str) -> Principal | None:
         """The principal for a token, or None when it is unknown, revoked or expired."""
@@ -63,7 +70,7 @@ class KeyVerifier:
                 return principal
         if not looks_like_key(token):
             return None
-        principal = await self._keys.get(digest, lambda: guarded(lambda: self.store.principal(digest)))
+        principal = await self._principal(digest)
         if principal is None or principal.expired(utcnow()):
             return None
         return principal

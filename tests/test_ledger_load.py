@@ -106,32 +106,35 @@ def test_concurrent_requests_produce_one_exact_row_each(setup: Setup) -> None:
     assert state["budget_reserved"] == 0
 
 
-async def budget_round(client: openai.AsyncOpenAI, size: int) -> list[int | str]:
+async def budget_round(setup: Setup, size: int) -> list[int | str]:
     """`size` concurrent requests: each one's total tokens, or its error code."""
 
-    async def one() -> int | str:
+    async def one(client: openai.AsyncOpenAI) -> int | str:
         try:
             reply = await client.completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=4)
         except openai.RateLimitError as exc:
             return str(exc.code)
         return reply.usage.total_tokens
 
-    return list(await asyncio.gather(*(one() for _ in range(size))))
-
-
-async def drain_budget(setup: Setup) -> list[int | str]:
-    outcomes: list[int | str] = []
     async with async_client(setup, setup.keys["budget"]) as client:
-        for _ in range(10):
-            this_round = await budget_round(client, 25)
-            outcomes += this_round
-            if all(isinstance(o, str) for o in this_round):
-                return outcomes  # nothing was in flight and still nothing fitted: the budget is spent
+        return list(await asyncio.gather(*(one(client) for _ in range(size))))
+
+
+def drain_budget(setup: Setup) -> list[int | str]:
+    outcomes: list[int | str] = []
+    for _ in range(10):
+        this_round = asyncio.run(budget_round(setup, 25))
+        outcomes += this_round
+        # Reservations are settled with the ledger rows, a moment after the responses: wait for them so the
+        # next round sees what is really left.
+        wait_for_rows(setup.url, len(outcomes), "budget")
+        if all(isinstance(o, str) for o in this_round):
+            return outcomes  # nothing was in flight and still nothing fitted: the budget is spent
     raise AssertionError(f"a 100-token budget was not exhausted by {len(outcomes)} requests")
 
 
 def test_budget_under_concurrent_load_stops_at_the_limit(setup: Setup) -> None:
-    outcomes = asyncio.run(drain_budget(setup))
+    outcomes = drain_budget(setup)
     served = [o for o in outcomes if isinstance(o, int)]
     refused = [o for o in outcomes if isinstance(o, str)]
     assert served and refused and set(refused) == {"insufficient_quota"}

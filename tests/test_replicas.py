@@ -107,19 +107,23 @@ def test_a_budget_is_shared_and_never_overspent(replicas: Replicas) -> None:
     for _ in range(10):
         this_round = asyncio.run(_round([replicas.a, replicas.b], key, 24))
         outcomes += this_round
+        _wait_for_rows(replicas.url, "budget", len(outcomes))  # every reservation of the round is settled
         if all(isinstance(o, str) for o in this_round):
             break
     else:
         pytest.fail("the budget was not exhausted")
     served = [o for o in outcomes if isinstance(o, int)]
     assert served and {o for o in outcomes if isinstance(o, str)} == {"insufficient_quota"}
-    deadline = time.monotonic() + 15
-    while len([r for r in ledger_rows(replicas.url) if r["key_name"] == "budget"]) < len(outcomes):
-        assert time.monotonic() < deadline, "ledger rows missing"
-        time.sleep(0.2)
     rows = [r for r in ledger_rows(replicas.url) if r["key_name"] == "budget"]
     assert len(rows) == len(outcomes)
     state = counters(replicas.url, "budget")
     assert state["budget_reserved"] == 0
     assert state["budget_used"] == sum(served) <= 120
     assert state["budget_used"] > 120 - 8  # "Hi" with max_tokens 4 reserves 8: not even that was left
+
+
+def _wait_for_rows(url: str, key_name: str, count: int) -> None:
+    deadline = time.monotonic() + 15
+    while len([r for r in ledger_rows(url) if r["key_name"] == key_name]) < count:
+        assert time.monotonic() < deadline, "ledger rows missing"
+        time.sleep(0.1)

@@ -15,6 +15,7 @@ from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
 from tokenrelay.calls import Call
 from tokenrelay.config import Settings
+from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.cost import worst_case
 from tokenrelay.limits.limiter import Limiter, Reservation
 from tokenrelay.protocol.common import GenerationRequest
@@ -105,7 +106,16 @@ class Accounting:
         if principal is None or not principal.limited:
             return None
         context = backend.card.context_length or self.settings.accounting.default_context_tokens
-        return await self.limiter.admit(principal, worst_case(body, context))
+        cost = worst_case(body, context)
+        try:
+            return await self.limiter.admit(principal, cost)
+        except (QuotaExceeded, RateLimited):
+            if principal.key_id is None or not self.ledger.settling(principal.key_id):
+                raise
+        # This key's requests that just ended still hold their worst case until their rows are written (a few
+        # ms): write them now and ask again, rather than refuse a client that sends its requests back to back.
+        await self.ledger.flush()
+        return await self.limiter.admit(principal, cost)
 
     def end(self, call: Call) -> None:
         if call.principal is None:

@@ -36,6 +36,8 @@ class Ledger:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._failures = 0
+        self._writing = asyncio.Lock()
+        self._in_batch: list[LedgerEntry] = []
 
     def record(self, call: Call) -> None:
         entry = entry_for(call)
@@ -43,7 +45,9 @@ class Ledger:
             spill(self.spill_path, [entry])  # after close(): a straggler still reaches the next start
             return
         self._pending.append(entry)
-        if len(self._pending) >= self.settings.ledger_batch_size:
+        # A row that settles a reservation is written at once (with whatever else is queued by then): until
+        # it is, the key's budget and token bucket still hold the request's worst case.
+        if entry.reservation is not None or len(self._pending) >= self.settings.ledger_batch_size:
             self._wake.set()
 
     @property
@@ -78,21 +82,31 @@ class Ledger:
         self._wake.clear()
 
     async def _write_pending(self) -> None:
-        while self._pending:
-            size = min(len(self._pending), self.settings.ledger_batch_size)
-            batch = [self._pending.popleft() for _ in range(size)]
-            try:
-                self.written += await write_batch(self.engine, batch)
-            except Exception:
-                self._pending.extendleft(reversed(batch))  # keep order; the rows carry their ids, so a retry is safe
-                self._failures += 1
-                log.exception("ledger: writing %d row(s) failed; retrying", len(batch))
-                return
-            self._failures = 0
+        async with self._writing:  # one batch at a time, so a flush() returns only once all is committed
+            while self._pending:
+                size = min(len(self._pending), self.settings.ledger_batch_size)
+                batch = [self._pending.popleft() for _ in range(size)]
+                self._in_batch = batch
+                try:
+                    self.written += await write_batch(self.engine, batch)
+                except Exception:
+                    self._pending.extendleft(reversed(batch))  # keep order; rows carry their ids, so retrying is safe
+                    self._failures += 1
+                    log.exception("ledger: writing %d row(s) failed; retrying", len(batch))
+                    return
+                finally:
+                    self._in_batch = []
+                self._failures = 0
 
     async def flush(self) -> None:
-        """Write everything queued now (tests, reports that must see the latest requests)."""
+        """Write everything queued now (reports that must see the latest requests, admissions that must see
+        this replica's settled reservations)."""
         await self._write_pending()
+
+    def settling(self, key_id: str) -> bool:
+        """Whether a finished request of this key still holds a reservation that this ledger has yet to settle."""
+        queued = (*self._pending, *self._in_batch)
+        return any(e.reservation is not None and e.reservation.key_id == key_id for e in queued)
 
     async def close(self, timeout: float = 15.0) -> None:
         if self._task is None:

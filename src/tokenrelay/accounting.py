@@ -107,13 +107,15 @@ class Accounting:
             return None
         context = backend.card.context_length or self.settings.accounting.default_context_tokens
         cost = worst_case(body, context)
+        # This key's requests that just ended hold their worst case until their rows are written (a few ms).
+        # Noted before asking, since the writer may commit them while the refusal is being explained.
+        settling = principal.key_id is not None and self.ledger.settling(principal.key_id)
         try:
             return await self.limiter.admit(principal, cost)
         except (QuotaExceeded, RateLimited):
-            if principal.key_id is None or not self.ledger.settling(principal.key_id):
+            if not settling:
                 raise
-        # This key's requests that just ended still hold their worst case until their rows are written (a few
-        # ms): write them now and ask again, rather than refuse a client that sends its requests back to back.
+        # Write them now and ask again, rather than refuse a client that sends its requests back to back.
         await self.ledger.flush()
         return await self.limiter.admit(principal, cost)
 

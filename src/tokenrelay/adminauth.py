@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import hmac
-
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from tokenrelay.errors import AuthenticationError, PermissionDenied
 
 
-def bearer_token(request: Request) -> str | None:
+def bearer_token(request: HTTPConnection) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -18,14 +16,14 @@ def bearer_token(request: Request) -> str | None:
 
 
 async def require_admin(request: Request) -> None:
-    """Allow the request only with the configured admin key (`TOKENRELAY_ADMIN_KEY` / `admin_key`).
+    """Allow the request only with an admin key: `TOKENRELAY_ADMIN_KEY` (`admin_key`) or a key created with `--admin`.
 
-    401 without a usable bearer token, 403 with a token that is not an admin key. The key store (API keys
-    issue) extends this to keys created with `--admin`.
+    401 without a usable bearer token, 403 with a token that is not an admin key (ordinary, unknown, revoked
+    or expired keys alike).
     """
     token = bearer_token(request)
     if token is None:
         raise AuthenticationError("An admin API key is required (Authorization: Bearer <key>).")
-    expected = request.app.state.services.settings.admin_key
-    if expected is None or not hmac.compare_digest(token.encode(), expected.get_secret_value().encode()):
+    principal = await request.app.state.services.verifier.verify(token)
+    if principal is None or not principal.admin:
         raise PermissionDenied("This endpoint needs an admin key.")

@@ -13,10 +13,11 @@ from starlette.responses import JSONResponse
 
 from tokenrelay import __version__
 from tokenrelay.announce import announce
-from tokenrelay.api import chat, completions, metrics, models, tokenize
+from tokenrelay.api import admin, chat, completions, metrics, models, tokenize
+from tokenrelay.auth.middleware import KeyAuthMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
-from tokenrelay.errors import APIError, InvalidRequest, NotFound
+from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
 from tokenrelay.requestid import RequestIdMiddleware
 from tokenrelay.services import Services
 
@@ -36,16 +37,13 @@ def create_app(settings: Settings) -> FastAPI:
             await services.close()
 
     app = FastAPI(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.add_middleware(RequestIdMiddleware)
-    for module in (chat, completions, models, tokenize, metrics):
+    app.add_middleware(KeyAuthMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # added last, so outermost: auth errors carry X-Request-ID too
+    for module in (chat, completions, models, tokenize, metrics, admin):
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app)
     return app
-
-
-def error_response(exc: APIError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

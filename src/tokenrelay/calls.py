@@ -11,8 +11,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tokenrelay.backends.base import Event, Finish, TextDelta, ToolCallDelta, Usage
+
+if TYPE_CHECKING:
+    from tokenrelay.auth.principal import Principal
+    from tokenrelay.limits.limiter import Reservation
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,10 @@ class Call:
     token_gaps: list[float] = field(default_factory=list)
     _last_token: float | None = None
     reported: bool = False
+    principal: Principal | None = None  # who called (set by authentication)
+    reservation: Reservation | None = None  # what admission reserved against the key's limits
+    tokens_seen: int = 0  # generated tokens observed in the events, for calls that end without a usage report
+    usage_reported: bool = False
 
     @property
     def ttft(self) -> float | None:
@@ -54,6 +63,7 @@ class Call:
 
     def saw(self, event: Event) -> None:
         if isinstance(event, TextDelta | ToolCallDelta):
+            self.tokens_seen += _tokens_in(event)
             now = time.monotonic()
             if self.first_token_at is None:
                 self.first_token_at = now
@@ -64,6 +74,30 @@ class Call:
             self.finish_reasons.append(event.reason)
         elif isinstance(event, Usage):
             self.usage = event
+            self.usage_reported = True
+
+    def report_usage(self, usage: Usage) -> None:
+        """A backend's own count for a call it could not finish (exact, prompt included)."""
+        self.usage = usage
+        self.usage_reported = True
+
+    def estimate_usage(self) -> None:
+        """For a call cut short (client gone, shutdown, failure) before the backend reported usage: the
+        tokens it produced, counted from the events, marked as an estimate. Backends report prompt tokens
+        only with the final usage unless they call `report_usage` on the way out (the embedded engine does),
+        so an aborted call's prompt may be missing from an estimate."""
+        if not self.usage_reported and self.tokens_seen:
+            self.usage = Usage(completion_tokens=self.tokens_seen, estimated=True)
+
+
+def _tokens_in(event: TextDelta | ToolCallDelta) -> int:
+    # With logprobs each token is listed; otherwise a delta is released per generated token that completes
+    # some text, which undercounts only tokens that end mid-character or inside a held-back stop string.
+    if isinstance(event, ToolCallDelta):
+        return 1 if event.arguments or event.name else 0
+    if event.logprobs:
+        return len(event.logprobs)
+    return 1 if event.text else 0
 
 
 Observer = Callable[[Call], None]
@@ -83,6 +117,7 @@ async def observed(events: AsyncIterator[Event], call: Call, done: Callable[[Cal
         # cancelled generation) is on the call before the call is reported.
         await aclose_quietly(events)
         call.ended = time.monotonic()
+        call.estimate_usage()
         done(call)
 
 

@@ -1,4 +1,4 @@
-"""`tokenrelay serve` (and later subcommands)."""
+"""`tokenrelay serve | keys ... | usage`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokenrelay import __version__
+from tokenrelay.cli_keys import add_keys_commands, run_keys
+from tokenrelay.cli_usage import add_usage_command, run_usage
 from tokenrelay.config import Settings, load_settings
+from tokenrelay.errors import APIError
 from tokenrelay.logsetup import configure_logging
 
 
@@ -34,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenrelay", description="OpenAI-compatible inference gateway")
     parser.add_argument("--version", action="version", version=f"tokenrelay {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the OpenAI-compatible API")
+    store = store_options()
+    serve = commands.add_parser("serve", parents=[store], help="serve the OpenAI-compatible API")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument(
@@ -43,8 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--model-id", action=ModelFlag, dest="models", metavar="NAME", help="id of the preceding --model"
     )
-    serve.add_argument("--config", type=Path, help="YAML config file (also TOKENRELAY_CONFIG)")
-    serve.add_argument("--data-dir", type=Path, help="where the default model and databases live")
     serve.add_argument(
         "--chat-template", type=Path, help="Jinja chat template file for models given on the command line"
     )
@@ -55,11 +57,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--prefill-chunk", type=int, help="prompt tokens per step while others decode")
     serve.add_argument("--max-n", type=int, help="largest n / best_of a request may ask for")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.add_argument("--api-key", help="a static key accepted on /v1 (prefer TOKENRELAY_API_KEY: flags show in ps)")
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        default=None,
+        help="serve on a non-loopback address even though no API key exists",
+    )
+    serve.add_argument("--shutdown-timeout", type=float, help="seconds in-flight requests get on shutdown (default 30)")
     serve.add_argument("--log-format", choices=["text", "json"], help="text (default) or one JSON object per line")
     serve.add_argument(
         "--metrics-require-admin", action="store_true", default=None, help="serve /metrics only with the admin key"
     )
+    add_keys_commands(commands, store)
+    add_usage_command(commands, store)
     return parser
+
+
+def store_options() -> argparse.ArgumentParser:
+    """Options every command that touches the settings or the database shares."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--config", type=Path, help="YAML config file (also TOKENRELAY_CONFIG)")
+    options.add_argument("--data-dir", type=Path, help="where the default model and databases live")
+    options.add_argument("--database-url", help="sqlite:///path or postgresql://user@host/db (default: data dir)")
+    return options
 
 
 SETTING_FLAGS = (
@@ -71,7 +92,13 @@ SETTING_FLAGS = (
     "log_level",
     "log_format",
     "metrics_require_admin",
+    "database_url",
+    "api_key",
+    "insecure_no_auth",
+    "shutdown_timeout",
 )
+
+
 ENGINE_FLAGS = {
     "slots": "slots",
     "ctx_size": "ctx_per_slot",
@@ -91,7 +118,7 @@ def overrides_from(args: argparse.Namespace, base: Settings) -> dict[str, Any]:
     engine = {key: getattr(args, flag) for flag, key in ENGINE_FLAGS.items() if getattr(args, flag, None) is not None}
     if engine:
         out["engine"] = base.engine.model_copy(update=engine).model_dump()
-    if args.models:
+    if getattr(args, "models", None):
         out["models"] = merge_models(base, args.models)
     return out
 
@@ -109,8 +136,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from tokenrelay.app import create_app
 
-    base = load_settings(args.config)
-    settings = load_settings(args.config, overrides_from(args, base))
+    settings = settings_for(args)
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     # log_config=None: uvicorn's own loggers go through ours, so `--log-format json` covers them too.
@@ -121,16 +147,41 @@ def serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level.lower(),
         log_config=None,
         access_log=False,
+        timeout_graceful_shutdown=settings.shutdown_timeout,
     )
     return 0
 
 
+def settings_for(args: argparse.Namespace) -> Settings:
+    base = load_settings(args.config)
+    return load_settings(args.config, overrides_from(args, base))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "serve":
+    if args.command == "serve":
+        try:
             return serve(args)
+        except ValidationError as exc:
+            print(f"tokenrelay: invalid settings:\n{exc}", file=sys.stderr)
+            return 2
+    try:
+        settings = settings_for(args)
     except ValidationError as exc:
         print(f"tokenrelay: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    return 1
+    configure_logging("warning")
+    try:
+        return run_keys(args, settings) if args.command == "keys" else run_usage(args, settings)
+    except ValidationError as exc:
+        print(f"tokenrelay {args.command}: {_first_problem(exc)}", file=sys.stderr)
+        return 2
+    except APIError as exc:
+        print(f"tokenrelay {args.command}: {exc.message}", file=sys.stderr)
+        return 1
+
+
+def _first_problem(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))

@@ -45,6 +45,24 @@ class UpstreamSettings(BaseModel):
     completions_via_chat: bool = False
 
 
+class AccountingSettings(BaseModel):
+    """Keys, ledger and limits: how long things may be cached or batched, and what a reservation assumes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key_cache_seconds: float = Field(
+        default=3.0, ge=0, description="how long a verified key is trusted before the database is asked again"
+    )
+    ledger_flush_seconds: float = Field(default=0.25, gt=0, description="longest a ledger row waits to be written")
+    ledger_batch_size: int = Field(default=200, ge=1, description="rows written in one transaction")
+    reservation_ttl_seconds: float = Field(
+        default=3600.0, gt=0, description="a budget reservation older than this is released (its replica died)"
+    )
+    default_context_tokens: int = Field(
+        default=32768, ge=1, description="completion tokens reserved when neither max_tokens nor the context is known"
+    )
+
+
 class ModelSettings(BaseModel):
     """A model id clients use, served by a GGUF file in-process and/or by upstream nodes."""
 
@@ -82,6 +100,11 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     admin_key: SecretStr | None = None
     metrics_require_admin: bool = Field(default=False, description="serve /metrics only with the admin key")
+    api_key: SecretStr | None = Field(default=None, description="a static key accepted on /v1 (no limits)")
+    database_url: str | None = Field(default=None, description="sqlite:///path or postgresql://...; default: data dir")
+    insecure_no_auth: bool = Field(default=False, description="allow serving without keys on a non-loopback address")
+    shutdown_timeout: float = Field(default=30.0, ge=0, description="seconds in-flight requests get on shutdown")
+    accounting: AccountingSettings = Field(default_factory=AccountingSettings)
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default model when none is configured."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ValidationError
+from starlette.responses import JSONResponse
 
 
 class APIError(Exception):
@@ -74,6 +75,14 @@ class RateLimited(APIError):
     code = "rate_limit_exceeded"
 
 
+class QuotaExceeded(APIError):
+    """The key's token budget (its prepaid allowance) cannot cover the request."""
+
+    status = 429
+    type = "insufficient_quota"
+    code = "insufficient_quota"
+
+
 class Overloaded(APIError):
     """The server cannot take the request now; the client may retry later."""
 
@@ -105,3 +114,7 @@ def _is_union_tag(part: object) -> bool:
     # pydantic puts union member names (e.g. "str", "list[int]", "function-after[...]") into `loc`;
     # they mean nothing to a client reading `param`.
     return isinstance(part, str) and ("[" in part or part in {"str", "int", "list", "dict", "bool", "float"})
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)

@@ -44,6 +44,7 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
     try:
         body = await parse_body(request, endpoint.request_model, services.settings.max_n)
         call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
+        await services.admit(call, body)
         backend = services.registry.get(body.model)
         call.backend = backend.kind
         meta = ResponseMeta(

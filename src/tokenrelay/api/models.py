@@ -7,7 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from tokenrelay.auth.principal import Principal
 from tokenrelay.backends.base import Backend
+from tokenrelay.errors import ModelNotFound
 
 router = APIRouter()
 
@@ -17,14 +19,20 @@ def model_body(backend: Backend) -> dict[str, Any]:
     return {"id": card.id, "object": "model", "created": card.created, "owned_by": card.owned_by}
 
 
+def caller(request: Request) -> Principal:
+    return request.state.principal  # set by KeyAuthMiddleware on every /v1 request
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
-    backends = request.app.state.services.registry.all()
+    backends = [b for b in request.app.state.services.registry.all() if caller(request).may_use(b.card.id)]
     return JSONResponse({"object": "list", "data": [model_body(b) for b in backends]})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> JSONResponse:
+    if not caller(request).may_use(model_id):
+        raise ModelNotFound(model_id)
     return JSONResponse(model_body(request.app.state.services.registry.get(model_id)))
 
 

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import llama_cpp
@@ -92,6 +92,8 @@ class LlamaCppBackend:
         self.scheduler = Scheduler(model, self.engine_settings)
         self.scheduler.start()
         self.model = model
+        # Known only once the context exists; admission uses it to bound a request without max_tokens.
+        self.card = replace(self.card, context_length=self.scheduler.context.n_ctx_seq)
         log.info(
             "model %s ready: %s, chat template %s, %d slots x %d tokens",
             self.card.id,
@@ -273,7 +275,7 @@ class LlamaCppBackend:
             for job in jobs:
                 job.cancel()
             if not finished and call is not None:
-                call.usage = partial_usage(jobs)
+                call.report_usage(partial_usage(jobs))
 
     async def _events(
         self,

@@ -1,0 +1,36 @@
+"""Every `/v1` request is authenticated here, before any route runs or any body is read.
+
+A plain ASGI middleware, so it covers every `/v1` path (unknown ones too: a caller without a key learns
+nothing about which paths exist) and streams pass through untouched.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tokenrelay.errors import APIError, error_response
+
+PROTECTED = "/v1"
+
+
+def protected(path: str) -> bool:
+    return path == PROTECTED or path.startswith(PROTECTED + "/")
+
+
+class KeyAuthMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not protected(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        verifier = scope["app"].state.services.verifier
+        try:
+            principal = await verifier.authenticate(HTTPConnection(scope))
+        except APIError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)

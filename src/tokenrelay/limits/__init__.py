@@ -1,0 +1,1 @@
+"""Per-key rate limits (requests and tokens per minute) and token budgets, shared through the database."""

@@ -1,0 +1,49 @@
+"""The most tokens a request can use, reserved on admission and settled to the real count at the end.
+
+The prompt is not tokenised here (only the backend knows its tokenizer and chat template), so its size is
+bounded instead: byte-level BPE and SentencePiece-with-byte-fallback tokenizers never produce more tokens
+than the UTF-8 bytes of the text, plus the special tokens they or the chat template add. Every text a chat
+template renders (contents, names, tool definitions and calls) is inside the request's JSON, so the JSON's
+byte length bounds the rendered text; a per-message allowance covers the role markers a template adds.
+"""
+
+from __future__ import annotations
+
+from tokenrelay.protocol.chat import ChatCompletionRequest
+from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.protocol.completions import CompletionRequest
+
+TEMPLATE_TOKENS = 64  # BOS, generation prompt and any fixed preamble of a chat template
+MESSAGE_TOKENS = 16  # turn markers and separators around one message
+PROMPT_SPECIALS = 2  # BOS/EOS a tokenizer may add to a text prompt
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the completions API's documented default
+
+
+def prompt_bound(body: GenerationRequest) -> int:
+    if isinstance(body, ChatCompletionRequest):
+        return len(body.model_dump_json().encode()) + MESSAGE_TOKENS * len(body.messages) + TEMPLATE_TOKENS
+    if isinstance(body, CompletionRequest):
+        suffix = len((body.suffix or "").encode())
+        return sum(_prompt_tokens(p) + suffix for p in body.prompts)
+    raise TypeError(f"no token bound for {type(body).__name__}")
+
+
+def _prompt_tokens(prompt: str | list[int]) -> int:
+    if isinstance(prompt, str):
+        return len(prompt.encode()) + PROMPT_SPECIALS
+    return len(prompt)  # token ids are counted exactly
+
+
+def completion_bound(body: GenerationRequest, context_length: int) -> int:
+    """Completion tokens at most: every generated sequence (best_of candidates too) up to its limit."""
+    if isinstance(body, ChatCompletionRequest):
+        limit = body.token_limit
+        return body.choices * (limit if limit is not None else context_length)
+    if isinstance(body, CompletionRequest):
+        limit = body.max_tokens if body.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
+        return len(body.prompts) * body.candidates * limit
+    raise TypeError(f"no token bound for {type(body).__name__}")
+
+
+def worst_case(body: GenerationRequest, context_length: int) -> int:
+    return prompt_bound(body) + completion_bound(body, context_length)

@@ -1,0 +1,95 @@
+"""Table definitions (SQLAlchemy Core). Changes to them ship as Alembic migrations in `migrations/versions`.
+
+Timestamps are naive UTC `DateTime`s, so SQLite and PostgreSQL store and compare them the same way.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+)
+
+metadata = MetaData()
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("prefix", String(16), nullable=False),
+    Column("secret_hash", String(64), nullable=False, unique=True),
+    Column("models", JSON, nullable=True),  # null: every model
+    Column("admin", Boolean, nullable=False, default=False),
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Column("budget_tokens", BigInteger, nullable=True),
+    Column("created_at", DateTime, nullable=False),
+    Column("expires_at", DateTime, nullable=True),
+    Column("revoked_at", DateTime, nullable=True),
+    Column("rotated_at", DateTime, nullable=True),
+    Column("last_used_at", DateTime, nullable=True),
+)
+
+# The shared counters of a key, kept apart from its definition: every limited request updates this row
+# (a row lock in PostgreSQL), while the key itself is read-mostly.
+key_counters = Table(
+    "key_counters",
+    metadata,
+    Column("key_id", String(32), ForeignKey("api_keys.id"), primary_key=True),
+    Column("rpm_level", Float, nullable=False, default=0.0),  # leaky-bucket fill, requests
+    Column("rpm_at", Float, nullable=False, default=0.0),  # epoch seconds of the last fill
+    Column("tpm_level", Float, nullable=False, default=0.0),  # leaky-bucket fill, tokens
+    Column("tpm_at", Float, nullable=False, default=0.0),
+    Column("budget_used", BigInteger, nullable=False, default=0),
+    Column("budget_reserved", BigInteger, nullable=False, default=0),
+)
+
+# One row per in-flight budget reservation, so a replica that dies mid-request cannot hold budget forever.
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("key_id", String(32), ForeignKey("api_keys.id"), nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("created_at", DateTime, nullable=False, index=True),
+)
+
+usage = Table(
+    "usage",
+    metadata,
+    Column("id", String(32), primary_key=True),  # generated per call: the ledger's idempotency key
+    Column("request_id", String(128), nullable=False, index=True),
+    Column("key_id", String(32), nullable=True),
+    Column("key_name", String(128), nullable=True),
+    Column("endpoint", String(32), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("backend", String(64), nullable=False),
+    Column("streamed", Boolean, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("error", String(128), nullable=True),
+    Column("cancelled", Boolean, nullable=False),
+    Column("finish_reasons", String(512), nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cached_tokens", Integer, nullable=False),
+    Column("usage_estimated", Boolean, nullable=False),
+    Column("ttft_ms", Float, nullable=True),
+    Column("latency_ms", Float, nullable=False),
+    Column("user", String(256), nullable=True),
+    Column("started_at", DateTime, nullable=False),
+    Column("ended_at", DateTime, nullable=False),
+    Index("ix_usage_started_at", "started_at"),
+    Index("ix_usage_key_started", "key_id", "started_at"),
+    Index("ix_usage_model_started", "model", "started_at"),
+)

@@ -1,0 +1,1 @@
+"""The usage ledger: one row per request, written in batches off the request path, and the reports over it."""

@@ -1,0 +1,123 @@
+"""The usage ledger: calls are queued in memory as they end and written in batches by one background task.
+
+Nothing is written on the request path. `close()` (the app's shutdown) writes everything still queued,
+and whatever the database refuses until the deadline is spilled to a file that the next start replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tokenrelay.calls import Call
+from tokenrelay.config import AccountingSettings
+from tokenrelay.usage.rows import LedgerEntry, entry_for
+from tokenrelay.usage.spill import read_spill, spill
+from tokenrelay.usage.writer import write_batch
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = (0.5, 1, 2, 5)
+
+
+class Ledger:
+    def __init__(self, engine: AsyncEngine, settings: AccountingSettings, spill_path: Path) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.spill_path = spill_path
+        self.written = 0
+        self._pending: deque[LedgerEntry] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._failures = 0
+        self._writing = asyncio.Lock()
+        self._in_batch: list[LedgerEntry] = []
+
+    def record(self, call: Call) -> None:
+        entry = entry_for(call)
+        if self._task is None or self._task.done():
+            spill(self.spill_path, [entry])  # after close(): a straggler still reaches the next start
+            return
+        self._pending.append(entry)
+        # A row that settles a reservation is written at once (with whatever else is queued by then): until
+        # it is, the key's budget and token bucket still hold the request's worst case.
+        if entry.reservation is not None or len(self._pending) >= self.settings.ledger_batch_size:
+            self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def start(self) -> None:
+        await self._replay_spill()
+        self._task = asyncio.create_task(self._run(), name="ledger-writer")
+
+    async def _replay_spill(self) -> None:
+        entries = read_spill(self.spill_path)
+        if not entries:
+            return
+        new = 0
+        for start in range(0, len(entries), self.settings.ledger_batch_size):
+            new += await write_batch(self.engine, entries[start : start + self.settings.ledger_batch_size])
+        self.spill_path.unlink()
+        log.info("ledger: replayed %d spilled row(s) (%d new)", len(entries), new)
+
+    async def _run(self) -> None:
+        while not (self._closing and not self._pending):
+            await self._sleep()
+            await self._write_pending()
+
+    async def _sleep(self) -> None:
+        delay = self.settings.ledger_flush_seconds
+        if self._failures:
+            delay = RETRY_SECONDS[min(self._failures, len(RETRY_SECONDS)) - 1]
+        with contextlib.suppress(TimeoutError):  # the flush interval passed without a full batch
+            await asyncio.wait_for(self._wake.wait(), timeout=delay)
+        self._wake.clear()
+
+    async def _write_pending(self) -> None:
+        async with self._writing:  # one batch at a time, so a flush() returns only once all is committed
+            while self._pending:
+                size = min(len(self._pending), self.settings.ledger_batch_size)
+                batch = [self._pending.popleft() for _ in range(size)]
+                self._in_batch = batch
+                try:
+                    self.written += await write_batch(self.engine, batch)
+                except Exception:
+                    self._pending.extendleft(reversed(batch))  # keep order; rows carry their ids, so retrying is safe
+                    self._failures += 1
+                    log.exception("ledger: writing %d row(s) failed; retrying", len(batch))
+                    return
+                finally:
+                    self._in_batch = []
+                self._failures = 0
+
+    async def flush(self) -> None:
+        """Write everything queued now (reports that must see the latest requests, admissions that must see
+        this replica's settled reservations)."""
+        await self._write_pending()
+
+    def settling(self, key_id: str) -> bool:
+        """Whether a finished request of this key still holds a reservation that this ledger has yet to settle."""
+        queued = (*self._pending, *self._in_batch)
+        return any(e.reservation is not None and e.reservation.key_id == key_id for e in queued)
+
+    async def close(self, timeout: float = 15.0) -> None:
+        if self._task is None:
+            return
+        self._closing = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._pending:
+            spill(self.spill_path, list(self._pending))
+            self._pending.clear()

@@ -1,0 +1,61 @@
+"""A finished `Call` → one ledger row."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from tokenrelay.calls import Call
+from tokenrelay.limits.limiter import Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    values: dict[str, Any]  # the `usage` row
+    reservation: Reservation | None
+
+    @property
+    def id(self) -> str:
+        return self.values["id"]
+
+    @property
+    def tokens(self) -> int:
+        return self.values["prompt_tokens"] + self.values["completion_tokens"]
+
+
+def _utc(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def entry_for(call: Call) -> LedgerEntry:
+    usage = call.usage
+    values = {
+        "id": uuid.uuid4().hex,  # the ledger's idempotency key: a retried batch inserts each row once
+        "request_id": call.request_id,
+        "key_id": call.key_id,
+        "key_name": call.key_name,
+        "endpoint": call.endpoint,
+        "model": call.model,
+        "backend": call.backend,
+        "streamed": call.streamed,
+        "status": call.status,
+        "error": call.error,
+        "cancelled": call.cancelled,
+        "finish_reasons": ",".join(call.finish_reasons),
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "usage_estimated": usage.estimated,
+        "ttft_ms": _ms(call.ttft),
+        "latency_ms": _ms(call.latency),
+        "user": call.user,
+        "started_at": _utc(call.started_at),
+        "ended_at": _utc(call.started_at + call.latency),
+    }
+    return LedgerEntry(values, call.reservation)

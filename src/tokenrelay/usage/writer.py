@@ -1,0 +1,42 @@
+"""One ledger batch in one transaction: new rows, their settlement, the keys' last use."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from tokenrelay.limits.settle import settle
+from tokenrelay.store.schema import api_keys, usage
+from tokenrelay.usage.rows import LedgerEntry
+
+_INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+
+
+async def write_batch(engine: AsyncEngine, entries: list[LedgerEntry]) -> int:
+    """Write the entries not written before (by id); returns how many were new."""
+    async with engine.begin() as conn:
+        new = await _insert_new(conn, entries)
+        fresh = [e for e in entries if e.id in new]
+        await settle(conn, [(e.reservation, e.tokens) for e in fresh if e.reservation is not None])
+        await _touch_keys(conn, fresh)
+    return len(fresh)
+
+
+async def _insert_new(conn: AsyncConnection, entries: list[LedgerEntry]) -> set[str]:
+    insert = _INSERTS[conn.dialect.name](usage).on_conflict_do_nothing(index_elements=["id"])
+    result = await conn.execute(insert.returning(usage.c.id), [e.values for e in entries])
+    return set(result.scalars())
+
+
+async def _touch_keys(conn: AsyncConnection, entries: list[LedgerEntry]) -> None:
+    last: dict[str, datetime] = {}
+    for entry in entries:
+        key_id, ended = entry.values["key_id"], entry.values["ended_at"]
+        if key_id is not None and (key_id not in last or ended > last[key_id]):
+            last[key_id] = ended
+    for key_id, when in last.items():
+        stale = api_keys.c.last_used_at.is_(None) | (api_keys.c.last_used_at < when)
+        await conn.execute(update(api_keys).where(api_keys.c.id == key_id, stale).values(last_used_at=when))

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tokenrelay import __version__
-from tokenrelay.api import chat, completions, models
+from tokenrelay.api import admin_nodes, chat, completions, models
 from tokenrelay.config import Settings
 from tokenrelay.errors import APIError, InvalidRequest, NotFound
 from tokenrelay.requestid import RequestIdMiddleware
@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(RequestIdMiddleware)
-    for module in (chat, completions, models):
+    for module in (chat, completions, models, admin_nodes):
         app.include_router(module.router)
     install_error_handlers(app)
     return app

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, ToolCallDelta, Usage
+from tokenrelay.backends.base import Event, Finish, Served, TextDelta, ToolCallDelta, Usage
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,7 @@ class Call:
     model: str
     streamed: bool = False
     backend: str = ""
+    node: str | None = None  # the upstream node (or "embedded") that answered, for routed models
     key_id: str | None = None
     key_name: str | None = None
     user: str | None = None
@@ -59,6 +60,8 @@ class Call:
             self.finish_reasons.append(event.reason)
         elif isinstance(event, Usage):
             self.usage = event
+        elif isinstance(event, Served):
+            self.node, self.backend = event.node, event.kind
 
 
 Observer = Callable[[Call], None]

@@ -6,6 +6,7 @@ Both yield the same events and raise `NodeFailure` when another member might ser
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Protocol
@@ -98,7 +99,7 @@ class Node:
 
     def events(self, request: Request, request_id: str) -> AsyncIterator[Event]:
         exchange = self._exchange(request)
-        headers = {"X-Request-ID": request_id}
+        headers = trace_headers(request_id)
         return metered(relay(self.client, exchange, headers, self.routing.timeouts), Meter(request, self.counter))
 
     def _exchange(self, request: Request) -> Exchange:
@@ -164,6 +165,19 @@ class EmbeddedMember:
 
     def status(self) -> dict[str, Any]:
         return _routing_state(self) | {"engine": self.backend.status()}
+
+
+def trace_headers(request_id: str) -> dict[str, str]:
+    """The request id for the node's logs, when it is a UUID (ours always are; a client's may not be).
+
+    Some nodes refuse any other `X-Request-ID` (llama-cpp-python's server answers 400), so a client's
+    free-form id stays with us rather than break the request.
+    """
+    try:
+        uuid.UUID(request_id)
+    except ValueError:
+        return {}
+    return {"X-Request-ID": request_id}
 
 
 def public_url(url: str) -> str:

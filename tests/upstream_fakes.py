@@ -9,12 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 
 from tokenrelay.backends.base import Event
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
+
+# The async tests run on asyncio, the loop uvicorn serves tokenrelay on.
+ON_ASYNCIO = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 

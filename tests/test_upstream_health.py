@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import httpx
 import pytest
+from aiohttp import web
 
 from tokenrelay.backends.base import Served
 from tokenrelay.backends.upstream.health import Breaker, BreakerState, ProbeHealth
 from tokenrelay.config import RoutingSettings, UpstreamHealth
 from tokenrelay.errors import APIError
-from upstream_fakes import ON_ASYNCIO, FakeNodes, answer, chat, chunk, drain, error, event_stream, sse
+from upstream_fakes import ON_ASYNCIO, FakeNodes, answer, chat, chunk, drain, error, event_stream, nodes_fixture, sse
+
+nodes = nodes_fixture()
 
 
 def on_asyncio(test: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
@@ -81,11 +83,10 @@ def test_probe_health_needs_consecutive_failures_and_recovers_at_once() -> None:
 
 
 @on_asyncio
-async def test_breaker_opens_on_a_failing_node_and_recovers() -> None:
-    nodes = FakeNodes()
+async def test_breaker_opens_on_a_failing_node_and_recovers(nodes: FakeNodes) -> None:
     state = {"status": 500}
 
-    def flaky() -> httpx.Response:
+    def flaky() -> web.Response:
         if state["status"] != 200:
             return error(state["status"], "node trouble")
         return event_stream(sse(chunk("ok", finish="stop")))
@@ -111,8 +112,7 @@ async def test_breaker_opens_on_a_failing_node_and_recovers() -> None:
 
 
 @on_asyncio
-async def test_a_nodes_4xx_does_not_count_against_its_breaker() -> None:
-    nodes = FakeNodes()
+async def test_a_nodes_4xx_does_not_count_against_its_breaker(nodes: FakeNodes) -> None:
     nodes.on("a", answer(lambda: error(400, "bad request")))
     routing = RoutingSettings(health=UpstreamHealth(breaker_failures=1, probe_interval=0))
     backend = nodes.backend("a", routing=routing)
@@ -124,13 +124,12 @@ async def test_a_nodes_4xx_does_not_count_against_its_breaker() -> None:
 
 
 @on_asyncio
-async def test_active_probes_mark_a_node_down_and_up() -> None:
-    nodes = FakeNodes()
+async def test_active_probes_mark_a_node_down_and_up(nodes: FakeNodes) -> None:
     state = {"up": False}
 
-    async def node(request: httpx.Request) -> httpx.Response:
-        assert request.method == "GET" and request.url.path == "/v1/models"
-        return httpx.Response(200 if state["up"] else 503, json={"data": []})
+    async def node(request: web.Request) -> web.Response:
+        assert request.method == "GET" and request.path == "/a/v1/models"
+        return web.json_response({"data": []}, status=200 if state["up"] else 503)
 
     nodes.on("a", node)
     routing = RoutingSettings(health=UpstreamHealth(probe_interval=0.02, unhealthy_after=2))

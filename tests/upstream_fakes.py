@@ -1,16 +1,17 @@
-"""Fake upstream nodes behind httpx's MockTransport: scripted answers, recorded requests, no sockets."""
+"""Fake upstream nodes: one aiohttp server on loopback, a path prefix per node, scripted answers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
 
+from conftest import free_port
 from tokenrelay.backends.base import Event
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import RoutingSettings, UpstreamSettings
@@ -20,7 +21,8 @@ from tokenrelay.protocol.completions import CompletionRequest
 # The async tests run on asyncio, the loop uvicorn serves tokenrelay on.
 ON_ASYNCIO = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
-Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+REFUSE = "refuse"  # a node name's handler that stands for a port nothing listens on
 
 
 def chunk(text: str | None = None, *, finish: str | None = None, index: int = 0, **delta: Any) -> dict[str, Any]:
@@ -40,86 +42,130 @@ def sse(*chunks: dict[str, Any] | str, done: bool = True) -> bytes:
     return ("".join(frames) + ("data: [DONE]\n\n" if done else "")).encode()
 
 
-class Stream(httpx.AsyncByteStream):
-    """A response body sent in parts, with pauses; remembers whether the reader closed it early."""
+def event_stream(body: bytes) -> web.Response:
+    return web.Response(body=body, headers={"Content-Type": "text/event-stream"})
+
+
+def error(status: int, message: str, **fields: Any) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "invalid_request_error", **fields}}, status=status)
+
+
+def chat_body(text: str, usage: dict[str, int] | None = None, **message: Any) -> dict[str, Any]:
+    choice = {"index": 0, "message": {"role": "assistant", "content": text, **message}, "finish_reason": "stop"}
+    body: dict[str, Any] = {"id": "node-id", "object": "chat.completion", "choices": [choice]}
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def answer(response: Callable[[], web.StreamResponse]) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return response()
+
+    return handler
+
+
+class Stream:
+    """An event stream sent in parts with pauses; notes how far it got and whether the reader left early."""
 
     def __init__(self, parts: list[bytes], pause: float = 0.0, pauses: dict[int, float] | None = None) -> None:
         self.parts = parts
         self.pause = pause
         self.pauses = pauses or {}
         self.sent = 0
-        self.closed = asyncio.Event()
+        self.abandoned = asyncio.Event()
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for number, part in enumerate(self.parts):
-            await asyncio.sleep(self.pauses.get(number, self.pause))
-            self.sent += 1
-            yield part
-
-    async def aclose(self) -> None:
-        self.closed.set()
-
-
-def event_stream(body: bytes | Stream, status: int = 200) -> httpx.Response:
-    stream = body if isinstance(body, Stream) else Stream([body])
-    return httpx.Response(status, headers={"content-type": "text/event-stream"}, stream=stream)
-
-
-def error(status: int, message: str, **fields: Any) -> httpx.Response:
-    return httpx.Response(status, json={"error": {"message": message, "type": "invalid_request_error", **fields}})
+    async def respond(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for number, part in enumerate(self.parts):
+                await asyncio.sleep(self.pauses.get(number, self.pause))
+                await response.write(part)
+                self.sent += 1
+            await response.write_eof()
+        except (asyncio.CancelledError, ConnectionError):
+            self.abandoned.set()
+            raise
+        return response
 
 
-def chat_body(text: str, usage: dict[str, int] | None = None, **message: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "id": "node-id",
-        "object": "chat.completion",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text, **message}, "finish_reason": "stop"}
-        ],
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return body
+@dataclass(frozen=True)
+class Seen:
+    node: str
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.body)
 
 
-@dataclass
 class FakeNodes:
-    """Nodes `http://<name>.test/v1`, each answering with its own handler (or raising a transport error)."""
+    """Nodes at `http://127.0.0.1:<port>/<name>/v1`, each answering with its own handler."""
 
-    handlers: dict[str, Handler] = field(default_factory=dict)
-    seen: list[tuple[str, httpx.Request]] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.handlers: dict[str, Handler | str] = {}
+        self.seen: list[Seen] = []
+        self.backends: list[RoutedBackend] = []
+        app = web.Application()
+        app.router.add_route("*", "/{node}/v1/{path:.*}", self._handle)
+        # Handlers are cancelled when the client goes away, as a real node's generation would be.
+        self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
+        self.port = free_port()
+        self.dead_port = free_port()
 
-    def on(self, name: str, handler: Handler) -> None:
+    async def start(self) -> None:
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        for backend in self.backends:
+            await backend.close()
+        await self.runner.cleanup()
+
+    def on(self, name: str, handler: Handler | str) -> None:
         self.handlers[name] = handler
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        name = request.url.host.removesuffix(".test")
-        self.seen.append((name, request))
-        return await self.handlers[name](request)
+    def url(self, name: str) -> str:
+        port = self.dead_port if self.handlers.get(name) == REFUSE else self.port
+        return f"http://127.0.0.1:{port}/{name}/v1"
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["node"]
+        body = await request.read()
+        self.seen.append(Seen(name, request.method, request.path, dict(request.headers), body))
+        handler = self.handlers[name]
+        assert callable(handler)
+        return await handler(request)
 
     def hits(self, name: str) -> int:
-        return sum(1 for who, _ in self.seen if who == name)
+        return sum(1 for seen in self.seen if seen.node == name)
 
     def bodies(self, name: str) -> list[dict[str, Any]]:
-        return [json.loads(r.content) for who, r in self.seen if who == name and r.method == "POST"]
+        return [seen.json() for seen in self.seen if seen.node == name and seen.method == "POST"]
 
     def backend(self, *names: str, routing: RoutingSettings | None = None, **node: Any) -> RoutedBackend:
-        upstreams = [UpstreamSettings(url=f"http://{n}.test/v1", name=n, **node) for n in names]
-        return RoutedBackend("m", routing or RoutingSettings(), upstreams, transport=httpx.MockTransport(self.handle))
+        upstreams = [UpstreamSettings(url=self.url(n), name=n, **node) for n in names]
+        backend = RoutedBackend("m", routing or RoutingSettings(), upstreams)
+        self.backends.append(backend)
+        return backend
 
 
-def answer(response: httpx.Response | Callable[[], httpx.Response]) -> Handler:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return response() if callable(response) else response
+def nodes_fixture() -> Any:
+    """The `nodes` fixture, for a test module to bind: `nodes = nodes_fixture()`."""
 
-    return handler
+    @pytest.fixture
+    async def nodes() -> AsyncIterator[FakeNodes]:
+        fake = FakeNodes()
+        await fake.start()
+        try:
+            yield fake
+        finally:
+            await fake.stop()
 
-
-def refuse_connection() -> Handler:
-    async def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
-
-    return handler
+    return nodes
 
 
 def chat(content: str = "hi", **fields: Any) -> ChatCompletionRequest:

@@ -16,8 +16,6 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
-import httpx
-
 from tokenrelay import __version__
 from tokenrelay.backends.base import Event, ModelCard, Served
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
@@ -45,14 +43,12 @@ class RoutedBackend:
         *,
         embedded: EmbeddedMember | None = None,
         counter: TokenCounter | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         dynamic: bool = False,
     ) -> None:
         self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(time.time()))
         self.routing = routing
         self.embedded = embedded
         self.counter = counter or ApproxCounter()
-        self.transport = transport
         self.dynamic = dynamic  # created by a node's registration: removed with its last node
         self.nodes: dict[str, Node] = {}
         self._picks = 0
@@ -65,7 +61,7 @@ class RoutedBackend:
             self.nodes[node.name] = node
 
     def _node(self, settings: UpstreamSettings) -> Node:
-        return Node(settings, self.card.id, self.routing, self.counter, self.transport)
+        return Node(settings, self.card.id, self.routing, self.counter)
 
     # Membership ---------------------------------------------------------------------------------
     async def add_node(self, settings: UpstreamSettings) -> Node:

@@ -12,11 +12,9 @@ from contextlib import aclosing
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
-from tokenrelay.backends.upstream.client import node_client
+from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
 from tokenrelay.backends.upstream.metering import Meter, TokenCounter, metered
@@ -81,7 +79,6 @@ class Node:
         model_id: str,
         routing: RoutingSettings,
         counter: TokenCounter,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings
         self.name = settings.label
@@ -90,7 +87,7 @@ class Node:
         self.node_model = settings.model or model_id
         self.routing = routing
         self.counter = counter
-        self.client = node_client(settings, routing.timeouts, transport)
+        self.client = NodeClient(settings, routing.timeouts)
         self.load = Load()
         self.breaker = _breaker(routing)
         self.health = ProbeHealth(routing.health.unhealthy_after)
@@ -110,17 +107,13 @@ class Node:
         return Exchange("/completions", node_body(request, self.node_model), completion_parser)
 
     async def probe(self) -> None:
-        try:
-            response = await self.client.get(self.routing.health.probe_path, timeout=self.routing.health.probe_timeout)
-            ok = response.is_success
-        except httpx.HTTPError:
-            ok = False
+        ok = await self.client.probe(self.routing.health.probe_path, self.routing.health.probe_timeout)
         if self.health.healthy and not ok:
             log.warning("node %s failed a health probe", self.name)
         self.health.record(ok)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await self.client.close()
 
     def status(self) -> dict[str, Any]:
         return _routing_state(self) | {

@@ -1,10 +1,8 @@
 """One exchange with one node: send the body, check the answer, turn it into events as it arrives.
 
-Streams are relayed event by event, never buffered. Server-sent events are decoded by `httpx-sse` (partial
-lines, comments and keep-alives, CR/LF variants); a node that closes without `[DONE]` simply ends the
-stream. Time limits are enforced here rather than by httpx's per-read timeout, because keep-alive comments
-would reset that one while no chunk arrives: the first chunk must come within `first_byte`, each next one
-within `idle`, and everything within `overall`.
+Streams are relayed event by event as bytes arrive, never buffered whole. Time limits are enforced here
+rather than by the HTTP client, because keep-alive comments must not count as progress: the first event
+must come within `first_byte` of sending, each next one within `idle` of the last, and all within `overall`.
 """
 
 from __future__ import annotations
@@ -16,11 +14,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx
-from httpx_sse import EventSource, ServerSentEvent
+import aiohttp
 
 from tokenrelay.backends.base import Event
+from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
+from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.wire import usage_of
 from tokenrelay.config import UpstreamTimeouts
 
@@ -52,11 +51,11 @@ class Clock:
         self.overall = start + timeouts.overall
         self.first_byte = start + timeouts.first_byte
 
-    def left(self, phase_deadline: float) -> float:
-        return max(0.0, min(phase_deadline, self.overall) - self.now())
+    def left(self, deadline: float) -> float:
+        return max(0.0, min(deadline, self.overall) - self.now())
 
     def next_gap(self) -> float:
-        return self.left(self.now() + self.timeouts.idle)
+        return self.now() + self.timeouts.idle
 
 
 async def within(seconds: float, work: Awaitable[T], what: str) -> T:
@@ -68,12 +67,12 @@ async def within(seconds: float, work: Awaitable[T], what: str) -> T:
 
 
 async def relay(
-    client: httpx.AsyncClient, exchange: Exchange, headers: dict[str, str], timeouts: UpstreamTimeouts
+    client: NodeClient, exchange: Exchange, headers: dict[str, str], timeouts: UpstreamTimeouts
 ) -> AsyncIterator[Event]:
     clock = Clock(timeouts)
-    request = client.build_request("POST", exchange.path, json=exchange.body, headers=headers)
+    payload = json.dumps(exchange.body, ensure_ascii=False, separators=(",", ":")).encode()
     limit = clock.left(clock.first_byte if exchange.stream else clock.overall)
-    response = await within(limit, _send(client, request), "waiting for the node to answer")
+    response = await within(limit, _send(client, exchange.path, payload, headers), "waiting for the node to answer")
     try:
         await _check_status(response, clock)
         if exchange.stream and _is_event_stream(response):
@@ -84,36 +83,44 @@ async def relay(
             for event in _body_events(body, exchange.parse, "message"):
                 yield event
     finally:
-        await response.aclose()
+        # Back to the pool when read to the end; aiohttp closes the connection of a response left mid-way
+        # (client gone, timeout, broken stream), which is also what tells the node to stop generating.
+        response.release()
 
 
-async def _send(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
     try:
-        return await client.send(request, stream=True)
-    except (httpx.ConnectError, httpx.ConnectTimeout):
+        return await client.post(path, payload, headers)
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
         raise NodeFailure("connection failed") from None
-    except httpx.TransportError as exc:
-        raise NodeFailure(f"transport error ({type(exc).__name__})") from None
+    except aiohttp.ClientError as exc:
+        raise _transport_failure(exc) from None
 
 
-async def _check_status(response: httpx.Response, clock: Clock) -> None:
-    if response.is_success:
+def _transport_failure(exc: aiohttp.ClientError) -> NodeFailure:
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError):
+        return NodeFailure("connection lost")
+    return NodeFailure(f"transport error ({type(exc).__name__})")
+
+
+async def _check_status(response: aiohttp.ClientResponse, clock: Clock) -> None:
+    if 200 <= response.status < 300:
         return
     content = await within(clock.left(clock.overall), _read(response), "reading the node's error")
-    failure = failure_for_status(response.status_code, content)
+    failure = failure_for_status(response.status, content)
     if isinstance(failure, NodeFailure):
-        log.warning("node answered %s: %s", response.status_code, node_error(content, response.status_code))
+        log.warning("node answered %s: %s", response.status, node_error(content, response.status).get("message"))
     raise failure
 
 
-async def _read(response: httpx.Response) -> bytes:
+async def _read(response: aiohttp.ClientResponse) -> bytes:
     try:
-        return await response.aread()
-    except httpx.TransportError as exc:
-        raise NodeFailure(f"connection lost ({type(exc).__name__})") from None
+        return await response.read()
+    except aiohttp.ClientError as exc:
+        raise _transport_failure(exc) from None
 
 
-async def _read_json(response: httpx.Response) -> dict[str, Any]:
+async def _read_json(response: aiohttp.ClientResponse) -> dict[str, Any]:
     content = await _read(response)
     try:
         body = json.loads(content)
@@ -132,33 +139,37 @@ def _body_events(body: dict[str, Any], parse: Parser, key: str) -> list[Event]:
     return [*events, usage] if usage is not None else events
 
 
-def _is_event_stream(response: httpx.Response) -> bool:
-    return response.headers.get("content-type", "").partition(";")[0].strip() == "text/event-stream"
+def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return response.content_type == "text/event-stream"
 
 
-async def _stream_events(response: httpx.Response, parse: Parser, clock: Clock) -> AsyncIterator[Event]:
-    sse = aiter(EventSource(response).aiter_sse())
-    try:
-        limit, what = clock.left(clock.first_byte), "before the first chunk"
-        while True:
-            message = await within(limit, _next_sse(sse), what)
-            if message is None or message.data == "[DONE]":
-                return
-            limit, what = clock.next_gap(), "between chunks"
+async def _stream_events(response: aiohttp.ClientResponse, parse: Parser, clock: Clock) -> AsyncIterator[Event]:
+    decoder = SSEDecoder()
+    chunks = response.content.iter_any()
+    deadline, what = clock.first_byte, "before the first chunk"
+    done = False
+    while True:
+        chunk = await within(clock.left(deadline), _next_chunk(chunks), what)
+        messages = decoder.feed(chunk) if chunk is not None else decoder.close()
+        for message in messages:
+            done = done or message.data == "[DONE]"
+            if done:
+                continue  # read on to the end of the body, so the connection can be reused
+            deadline, what = clock.next_gap(), "between chunks"
             for event in _chunk_events(message, parse):
                 yield event
-    finally:
-        await sse.aclose()
+        if chunk is None:
+            return
 
 
-async def _next_sse(sse: AsyncIterator[ServerSentEvent]) -> ServerSentEvent | None:
+async def _next_chunk(chunks: AsyncIterator[bytes]) -> bytes | None:
     try:
-        return await anext(sse, None)
-    except httpx.TransportError as exc:
-        raise NodeFailure(f"connection lost ({type(exc).__name__})") from None
+        return await anext(chunks, None)
+    except aiohttp.ClientError as exc:
+        raise _transport_failure(exc) from None
 
 
-def _chunk_events(message: ServerSentEvent, parse: Parser) -> list[Event]:
+def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:
     if not message.data.strip():
         return []
     try:

@@ -19,7 +19,13 @@ USAGE = {"prompt_tokens": 12, "completion_tokens": len(WORDS), "total_tokens": 1
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-    return {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": "mock", "choices": [choice]}
+    return {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "mock",
+        "choices": [choice],
+    }
 
 
 def _frames() -> bytes:

@@ -130,7 +130,8 @@ class RoutedBackend:
 
     # Routing and failover -----------------------------------------------------------------------
     async def _serve(self, request: Request, request_id: str) -> AsyncIterator[Event]:
-        key = prefix_key(prompt_text(request), self.routing.affinity)
+        affinity = self.routing.affinity
+        key = prefix_key(prompt_text(request), affinity) if affinity.enabled else None
         failures: list[NodeFailure] = []
         tried: set[str] = set()
         while len(tried) < self.routing.max_attempts:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiohttp import web
 
@@ -76,6 +78,22 @@ async def test_node_that_ends_without_done_still_ends_the_stream_with_its_usage(
     events = await events_for(nodes, sse(chunk("ok", finish="stop"), usage_chunk(2, 1), done=False))
     assert texts(events) == "ok"
     assert events[-1] == Usage(2, 1, 0)
+
+
+async def test_after_done_the_rest_is_neither_awaited_nor_judged(nodes: FakeNodes) -> None:
+    async def done_then_hang_and_break(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(sse(chunk("all", finish="stop"), usage_chunk(1, 1)))
+        await asyncio.sleep(2)  # a node that keeps the connection open after [DONE] ...
+        request.transport.close()  # ... and then drops it without ending the body
+        return response
+
+    nodes.on("a", done_then_hang_and_break)
+    started = asyncio.get_running_loop().time()
+    events = await drain(nodes.backend("a").chat(chat(stream=True), "rid"))
+    assert asyncio.get_running_loop().time() - started < 1.5
+    assert texts(events) == "all" and events[-1] == Usage(1, 1, 0)
 
 
 async def test_usage_is_held_back_to_the_end_even_when_the_node_sends_it_with_the_finish(nodes: FakeNodes) -> None:

@@ -7,10 +7,14 @@ bookkeeping grows with connections times waiters); aiohttp made about 2,650 and 
 
 from __future__ import annotations
 
+import logging
+
 import aiohttp
 
 from tokenrelay import __version__
 from tokenrelay.config import UpstreamSettings, UpstreamTimeouts
+
+log = logging.getLogger(__name__)
 
 # Idle connections are dropped before common servers drop them (uvicorn, so vLLM and SGLang: 5 s), so a
 # request is not sent down a connection the node is closing.
@@ -50,7 +54,8 @@ class NodeClient:
             async with self.session.get(self.base + path, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 await response.read()
                 return 200 <= response.status < 300
-        except (aiohttp.ClientError, TimeoutError):
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("probe of %s failed: %r", self.base, exc)
             return False
 
     async def close(self) -> None:

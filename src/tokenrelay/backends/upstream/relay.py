@@ -98,6 +98,7 @@ async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str
 
 
 def _transport_failure(exc: aiohttp.ClientError) -> NodeFailure:
+    log.info("node connection error: %r", exc)
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError):
         return NodeFailure("connection lost")
     return NodeFailure(f"transport error ({type(exc).__name__})")
@@ -147,14 +148,15 @@ async def _stream_events(response: aiohttp.ClientResponse, parse: Parser, clock:
     decoder = SSEDecoder()
     chunks = response.content.iter_any()
     deadline, what = clock.first_byte, "before the first chunk"
-    done = False
     while True:
         chunk = await within(clock.left(deadline), _next_chunk(chunks), what)
         messages = decoder.feed(chunk) if chunk is not None else decoder.close()
         for message in messages:
-            done = done or message.data == "[DONE]"
-            if done:
-                continue  # read on to the end of the body, so the connection can be reused
+            if message.data == "[DONE]":
+                # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would
+                # wait with it) nor judged: a node that breaks its framing after [DONE] has still answered.
+                # The body's end usually came in the same read, and then the connection is reused.
+                return
             deadline, what = clock.next_gap(), "between chunks"
             for event in _chunk_events(message, parse):
                 yield event

@@ -111,6 +111,14 @@ class ModelSettings(BaseModel):
             raise ValueError(f"model {self.id!r} needs a GGUF `path` or at least one upstream")
         return self
 
+    @model_validator(mode="after")
+    def _node_names_unique(self) -> ModelSettings:
+        labels = [upstream.label for upstream in self.upstreams]
+        for label in labels:
+            if labels.count(label) > 1:
+                raise ValueError(f"model {self.id!r}: two upstreams are called {label!r}; give them distinct `name`s")
+        return self
+
 
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

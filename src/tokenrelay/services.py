@@ -51,11 +51,14 @@ class Services:
         self, model_id: str, model: ModelSettings | None, engine: Backend | None, nodes: list[UpstreamSettings]
     ) -> RoutedBackend:
         routing = self.settings.routing_for(model)
-        if not isinstance(engine, LlamaCppBackend):
+        if engine is None:
             return RoutedBackend(model_id, routing, nodes, dynamic=model is None)
-        limits = engine.engine_settings
-        member = EmbeddedMember(engine, routing, max_in_flight=limits.slots + limits.queue_size)
-        return RoutedBackend(model_id, routing, nodes, embedded=member, counter=EngineCounter(engine))
+        capacity, counter = None, None
+        if isinstance(engine, LlamaCppBackend):
+            capacity = engine.engine_settings.slots + engine.engine_settings.queue_size
+            counter = EngineCounter(engine)
+        member = EmbeddedMember(engine, routing, max_in_flight=capacity)
+        return RoutedBackend(model_id, routing, nodes, embedded=member, counter=counter)
 
     async def routed_backend(self, model_id: str) -> RoutedBackend:
         """The routed backend of `model_id`, made when a node registers for a model that has none yet.

@@ -54,10 +54,8 @@ class RoutedBackend:
         self._picks = 0
         self._prober: asyncio.Task[None] | None = None
         self._fingerprint = "fp_" + hashlib.sha256(f"{model_id}:upstream:{__version__}".encode()).hexdigest()[:10]
-        for settings in nodes:
+        for settings in nodes:  # names are unique (checked with the settings)
             node = self._node(settings)
-            if node.name in self.nodes:
-                raise ValueError(f"model {model_id!r}: two upstreams are named {node.name!r}; give them `name`s")
             self.nodes[node.name] = node
 
     def _node(self, settings: UpstreamSettings) -> Node:

@@ -106,7 +106,9 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int, direct
     threads = min(connections, 2)
     warmup = ["wrk", f"-t{threads}", f"-c{connections}", "-d2s", "-s", str(script), target.url]
     subprocess.run(warmup, capture_output=True, check=True)
-    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script)]
+    # A generous per-request timeout, so that a slow gateway is measured as slow rather than as failing.
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s", "--latency"]
+    command += ["-s", str(script)]
     output = subprocess.run([*command, target.url], capture_output=True, text=True, check=True).stdout
     return Result(
         target=target.name,

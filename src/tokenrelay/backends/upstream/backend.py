@@ -133,39 +133,52 @@ class RoutedBackend:
         failures: list[NodeFailure] = []
         tried: set[str] = set()
         while len(tried) < self.routing.max_attempts:
-            member = choose(self.members, tried, key, self.routing.affinity)
+            member = choose(self.members, tried, key, affinity)
             if member is None:
                 break
             tried.add(member.name)
-            self._begin(member)
-            started = time.monotonic()
+            attempt = self._attempt(member, request, request_id)
             try:
-                events = member.events(request, request_id)
-                async with aclosing(events):
-                    try:
-                        first = await anext(events, None)
-                    except NodeFailure as exc:
-                        self._failed(member, exc)
-                        failures.append(exc)
-                        continue
-                    except APIError:
-                        member.breaker.success()  # the member is fine; it refused this request
-                        raise
-                    member.breaker.success()
-                    member.load.observe_latency(time.monotonic() - started)
-                    yield Served(member.name, member.kind)
-                    if first is not None:
-                        yield first
-                    try:
-                        async for event in events:
-                            yield event
-                    except NodeFailure as exc:
-                        self._failed(member, exc)
-                        raise broken_stream(exc.reason) from None
-                    return
-            finally:
-                await self._end(member)
+                async with aclosing(attempt):
+                    async for event in attempt:
+                        yield event
+                return
+            except NodeFailure as exc:  # raised only before the member's first event: another may serve
+                failures.append(exc)
         raise exhausted(failures)
+
+    async def _attempt(self, member: Member, request: Request, request_id: str) -> AsyncIterator[Event]:
+        """One member's answer: `NodeFailure` if it fails before its first event, `UpstreamError` after."""
+        self._begin(member)
+        started = time.monotonic()
+        try:
+            events = member.events(request, request_id)
+            async with aclosing(events):
+                first = await self._first(member, events)
+                member.load.observe_latency(time.monotonic() - started)
+                yield Served(member.name, member.kind)
+                if first is not None:
+                    yield first
+                try:
+                    async for event in events:
+                        yield event
+                except NodeFailure as exc:
+                    self._failed(member, exc)
+                    raise broken_stream(exc.reason) from None
+        finally:
+            await self._end(member)
+
+    async def _first(self, member: Member, events: AsyncIterator[Event]) -> Event | None:
+        try:
+            first = await anext(events, None)
+        except NodeFailure as exc:
+            self._failed(member, exc)
+            raise
+        except APIError:
+            member.breaker.success()  # the member is fine; it refused this request
+            raise
+        member.breaker.success()
+        return first
 
     def _begin(self, member: Member) -> None:
         self._picks += 1

@@ -91,11 +91,11 @@ def merge_models(base: Settings, flags: list[dict[str, Any]]) -> list[dict[str, 
 
 
 def configure_logging(level: str) -> None:
-    numeric = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    # httpx logs every upstream request at INFO: one line per node call (and probe) is noise next to our own
-    # per-request line, and costs time on the hot path. Kept at debug level.
-    logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING) if numeric > logging.DEBUG else numeric)
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -170,6 +170,7 @@ async def test_a_free_form_client_request_id_is_not_sent_to_nodes(nodes: FakeNod
     backend = nodes.backend("a")
     await drain(backend.chat(chat(stream=True), "my-trace-7"))
     assert "X-Request-ID" not in nodes.seen[0].headers
+    assert "Authorization" not in nodes.seen[0].headers  # no node key configured, and never the client's
 
 
 async def test_non_streamed_answer_with_usage_and_unknown_message_fields(nodes: FakeNodes) -> None:

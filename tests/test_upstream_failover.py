@@ -170,6 +170,15 @@ async def test_the_overall_limit_bounds_a_non_streamed_request(nodes: FakeNodes)
         await drain(backend.chat(chat(), "rid"))
 
 
+async def test_the_overall_limit_ends_a_stream_that_keeps_going(nodes: FakeNodes) -> None:
+    trickle = Stream([sse(chunk("t "), done=False)] * 50, pause=0.1)
+    nodes.on("a", trickle.respond)
+    backend = nodes.backend("a", routing=slow_routing(idle=1, overall=0.35))
+    with pytest.raises(UpstreamError, match=r"timeout between chunks \(overall limit\)"):
+        await drain(backend.chat(chat(stream=True), "rid"))
+    assert 1 <= trickle.sent < 6
+
+
 async def test_closing_the_stream_early_closes_the_nodes_response_at_once(nodes: FakeNodes) -> None:
     endless = Stream([sse(chunk(f"{i} "), done=False) for i in range(1000)], pause=0.01)
     nodes.on("a", endless.respond)

@@ -51,19 +51,18 @@ class Clock:
         self.overall = start + timeouts.overall
         self.first_byte = start + timeouts.first_byte
 
-    def left(self, deadline: float) -> float:
-        return max(0.0, min(deadline, self.overall) - self.now())
-
     def next_gap(self) -> float:
         return self.now() + self.timeouts.idle
 
-
-async def within(seconds: float, work: Awaitable[T], what: str) -> T:
-    try:
-        async with asyncio.timeout(seconds):
-            return await work
-    except TimeoutError:
-        raise NodeFailure(f"timeout {what}") from None
+    async def within(self, deadline: float, work: Awaitable[T], what: str) -> T:
+        """Await `work` until `deadline` (or the overall limit, if that comes first)."""
+        if self.overall < deadline:
+            deadline, what = self.overall, f"{what} (overall limit)"
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await work
+        except TimeoutError:
+            raise NodeFailure(f"timeout {what}") from None
 
 
 async def relay(
@@ -71,15 +70,15 @@ async def relay(
 ) -> AsyncIterator[Event]:
     clock = Clock(timeouts)
     payload = json.dumps(exchange.body, ensure_ascii=False, separators=(",", ":")).encode()
-    limit = clock.left(clock.first_byte if exchange.stream else clock.overall)
-    response = await within(limit, _send(client, exchange.path, payload, headers), "waiting for the node to answer")
+    deadline = clock.first_byte if exchange.stream else clock.overall
+    response = await clock.within(deadline, _send(client, exchange.path, payload, headers), "waiting for the node")
     try:
         await _check_status(response, clock)
         if exchange.stream and _is_event_stream(response):
             async for event in _stream_events(response, exchange.parse, clock):
                 yield event
         else:  # a whole body, also when a node ignored `stream`
-            body = await within(clock.left(clock.overall), _read_json(response), "reading the answer")
+            body = await clock.within(clock.overall, _read_json(response), "reading the answer")
             for event in _body_events(body, exchange.parse, "message"):
                 yield event
     finally:
@@ -107,7 +106,7 @@ def _transport_failure(exc: aiohttp.ClientError) -> NodeFailure:
 async def _check_status(response: aiohttp.ClientResponse, clock: Clock) -> None:
     if 200 <= response.status < 300:
         return
-    content = await within(clock.left(clock.overall), _read(response), "reading the node's error")
+    content = await clock.within(clock.overall, _read(response), "reading the node's error")
     failure = failure_for_status(response.status, content)
     if isinstance(failure, NodeFailure):
         log.warning("node answered %s: %s", response.status, node_error(content, response.status).get("message"))
@@ -149,7 +148,7 @@ async def _stream_events(response: aiohttp.ClientResponse, parse: Parser, clock:
     chunks = response.content.iter_any()
     deadline, what = clock.first_byte, "before the first chunk"
     while True:
-        chunk = await within(clock.left(deadline), _next_chunk(chunks), what)
+        chunk = await clock.within(deadline, _next_chunk(chunks), what)
         messages = decoder.feed(chunk) if chunk is not None else decoder.close()
         for message in messages:
             if message.data == "[DONE]":

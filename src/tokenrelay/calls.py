@@ -6,6 +6,7 @@ a finished `Call`, whichever backend served it and whether it streamed, failed o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -13,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, ToolCallDelta, Usage
+from tokenrelay.backends.base import Event, Finish, Served, TextDelta, ToolCallDelta, Usage
 
 if TYPE_CHECKING:
     from tokenrelay.auth.principal import Principal
@@ -33,6 +34,7 @@ class Call:
     model: str
     streamed: bool = False
     backend: str = ""
+    node: str | None = None  # the upstream node (or "embedded") that answered, for routed models
     key_id: str | None = None
     key_name: str | None = None
     user: str | None = None
@@ -75,6 +77,8 @@ class Call:
         elif isinstance(event, Usage):
             self.usage = event
             self.usage_reported = True
+        elif isinstance(event, Served):
+            self.node, self.backend = event.node, event.kind
 
     def report_usage(self, usage: Usage) -> None:
         """A backend's own count for a call it could not finish (exact, prompt included)."""
@@ -131,12 +135,16 @@ async def aclose_quietly(events: AsyncIterator[Event]) -> None:
         log.exception("closing a backend stream failed")
 
 
+class ClientGone(Exception):
+    """The client disconnected before a non-streamed response was ready."""
+
+
 def record_failure(call: Call, exc: BaseException) -> None:
     from tokenrelay.errors import APIError
 
     if isinstance(exc, APIError):
         call.status, call.error = exc.status, exc.code or exc.type
-    elif isinstance(exc, GeneratorExit | KeyboardInterrupt) or type(exc).__name__ == "CancelledError":
+    elif isinstance(exc, ClientGone | GeneratorExit | KeyboardInterrupt | asyncio.CancelledError):
         call.cancelled, call.status = True, 499  # client closed the request
     else:
         call.status, call.error = 500, type(exc).__name__

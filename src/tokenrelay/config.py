@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -35,14 +36,66 @@ class EngineSettings(BaseModel):
 
 
 class UpstreamSettings(BaseModel):
+    """One OpenAI-compatible node serving a model (its base URL ends where `/chat/completions` is appended)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    url: str
-    model: str | None = None
-    api_key: str | None = None
+    url: str = Field(pattern=r"^https?://\S+$")
+    name: str | None = Field(default=None, min_length=1, description="label in logs and status (default: host:port)")
+    model: str | None = Field(default=None, description="the node's own name for the model (default: the id)")
+    api_key: SecretStr | None = None
     weight: float = Field(default=1.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
-    completions_via_chat: bool = False
+    completions_via_chat: bool = Field(default=False, description="serve /v1/completions through the node's chat")
+
+    @property
+    def label(self) -> str:
+        return self.name or (urlsplit(self.url).netloc.rpartition("@")[2] or self.url)
+
+
+class UpstreamTimeouts(BaseModel):
+    """Seconds. First byte and idle gap apply to streams; a non-streamed answer is bounded by `overall`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connect: float = Field(default=5.0, gt=0)
+    first_byte: float = Field(default=120.0, gt=0, description="request sent → first chunk (queueing, prefill)")
+    idle: float = Field(default=60.0, gt=0, description="largest gap between two chunks of a stream")
+    overall: float = Field(default=900.0, gt=0)
+
+
+class UpstreamHealth(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    probe_interval: float = Field(default=10.0, ge=0, description="seconds between active probes; 0 turns them off")
+    probe_path: str = Field(default="/models", description="GET under the node's URL; 2xx means healthy")
+    probe_timeout: float = Field(default=5.0, gt=0)
+    unhealthy_after: int = Field(default=2, ge=1, description="consecutive failed probes that mark a node down")
+    breaker_failures: int = Field(default=5, ge=1, description="consecutive request failures that open the breaker")
+    breaker_cooldown: float = Field(default=30.0, gt=0, description="seconds open before one trial request")
+
+
+class PrefixAffinity(BaseModel):
+    """Send prompts sharing a long prefix to the same node (its KV cache), unless that node is busier."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    prefix_chars: int = Field(default=2048, ge=64, description="prompts at least this long are keyed by this prefix")
+    max_load_gap: float = Field(
+        default=2.0, ge=0, description="in-flight requests per unit weight the preferred node may exceed the least"
+    )
+
+
+class RoutingSettings(BaseModel):
+    """How a model's upstream nodes are chosen, watched and failed over."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeouts: UpstreamTimeouts = Field(default_factory=UpstreamTimeouts)
+    health: UpstreamHealth = Field(default_factory=UpstreamHealth)
+    affinity: PrefixAffinity = Field(default_factory=PrefixAffinity)
+    max_attempts: int = Field(default=3, ge=1, description="nodes tried for one request before giving up")
 
 
 class AccountingSettings(BaseModel):
@@ -73,11 +126,20 @@ class ModelSettings(BaseModel):
     chat_template: Path | None = None
     engine: EngineSettings | None = None
     upstreams: list[UpstreamSettings] = Field(default_factory=list)
+    routing: RoutingSettings | None = None
 
     @model_validator(mode="after")
     def _has_a_backend(self) -> ModelSettings:
         if self.path is None and not self.upstreams and self.id != DEFAULT_MODEL_ID:
             raise ValueError(f"model {self.id!r} needs a GGUF `path` or at least one upstream")
+        return self
+
+    @model_validator(mode="after")
+    def _node_names_unique(self) -> ModelSettings:
+        labels = [upstream.label for upstream in self.upstreams]
+        for label in labels:
+            if labels.count(label) > 1:
+                raise ValueError(f"model {self.id!r}: two upstreams are called {label!r}; give them distinct `name`s")
         return self
 
 
@@ -105,6 +167,7 @@ class Settings(BaseSettings):
     insecure_no_auth: bool = Field(default=False, description="allow serving without keys on a non-loopback address")
     shutdown_timeout: float = Field(default=30.0, ge=0, description="seconds in-flight requests get on shutdown")
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default model when none is configured."""
@@ -112,6 +175,9 @@ class Settings(BaseSettings):
 
     def engine_for(self, model: ModelSettings) -> EngineSettings:
         return model.engine or self.engine
+
+    def routing_for(self, model: ModelSettings | None) -> RoutingSettings:
+        return (model.routing if model is not None else None) or self.routing
 
     @classmethod
     def settings_customise_sources(

@@ -15,6 +15,16 @@ class Registry:
             raise ValueError(f"model id {backend.card.id!r} is configured twice")
         self._backends[backend.card.id] = backend
 
+    def put(self, backend: Backend) -> None:
+        """Add, or replace the backend serving the same id (nodes registered at run time)."""
+        self._backends[backend.card.id] = backend
+
+    def remove(self, model: str) -> Backend | None:
+        return self._backends.pop(model, None)
+
+    def find(self, model: str) -> Backend | None:
+        return self._backends.get(model)
+
     def get(self, model: str) -> Backend:
         backend = self._backends.get(model)
         if backend is None:

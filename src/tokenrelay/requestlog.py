@@ -20,6 +20,7 @@ def call_fields(call: Call) -> dict[str, object]:
         "endpoint": call.endpoint,
         "model": call.model,
         "backend": call.backend or None,
+        "node": call.node,
         "stream": call.streamed,
         "status": call.status,
         "error": call.error,
@@ -27,6 +28,7 @@ def call_fields(call: Call) -> dict[str, object]:
         "prompt_tokens": call.usage.prompt_tokens,
         "completion_tokens": call.usage.completion_tokens,
         "cached_tokens": call.usage.cached_tokens,
+        "usage_estimated": call.usage.estimated or None,
         "ttft_ms": None if call.ttft is None else round(call.ttft * 1000, 1),
         "latency_ms": round(call.latency * 1000, 1),
     }

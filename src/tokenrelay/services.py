@@ -10,10 +10,14 @@ from starlette.requests import Request
 
 from tokenrelay.accounting import Accounting
 from tokenrelay.auth.verifier import KeyVerifier
+from tokenrelay.backends.base import Backend
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
+from tokenrelay.backends.upstream.backend import RoutedBackend
+from tokenrelay.backends.upstream.members import EmbeddedMember
+from tokenrelay.backends.upstream.metering import EngineCounter
 from tokenrelay.calls import Call
-from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings
+from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings, UpstreamSettings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.metrics import Metrics
 from tokenrelay.protocol.common import GenerationRequest
@@ -47,12 +51,46 @@ class Services:
             await backend.start()
             self.registry.add(backend)
 
-    def _backend_for(self, model: ModelSettings) -> LlamaCppBackend:
+    def _backend_for(self, model: ModelSettings) -> Backend:
+        if not model.upstreams:
+            return self._engine_for(model)
+        engine = self._engine_for(model) if model.path is not None else None
+        return self._routed(model.id, model, engine, model.upstreams)
+
+    def _engine_for(self, model: ModelSettings) -> LlamaCppBackend:
         path = model.path
         if path is None and model.id == DEFAULT_MODEL_ID:
             path = ensure_default_model(self.settings.data_dir)
         template = model.chat_template or self.settings.chat_template
         return LlamaCppBackend(model.id, path, self.settings.engine_for(model), template)
+
+    def _routed(
+        self, model_id: str, model: ModelSettings | None, engine: Backend | None, nodes: list[UpstreamSettings]
+    ) -> RoutedBackend:
+        routing = self.settings.routing_for(model)
+        if engine is None:
+            return RoutedBackend(model_id, routing, nodes, dynamic=model is None)
+        capacity, counter = None, None
+        if isinstance(engine, LlamaCppBackend):
+            capacity = engine.engine_settings.slots + engine.engine_settings.queue_size
+            counter = EngineCounter(engine)
+        member = EmbeddedMember(engine, routing, max_in_flight=capacity)
+        return RoutedBackend(model_id, routing, nodes, embedded=member, counter=counter)
+
+    async def routed_backend(self, model_id: str) -> RoutedBackend:
+        """The routed backend of `model_id`, made when a node registers for a model that has none yet.
+
+        A model served by the embedded engine alone becomes a mixed one; an id not in the configuration
+        becomes a model of its own, removed again with its last node.
+        """
+        current = self.registry.find(model_id)
+        if isinstance(current, RoutedBackend):
+            return current
+        configured = next((m for m in self.settings.served_models() if m.id == model_id), None)
+        backend = self._routed(model_id, configured, current, [])
+        await backend.start()
+        self.registry.put(backend)
+        return backend
 
     async def close(self) -> None:
         # uvicorn has already waited (bounded by shutdown_timeout) for in-flight requests and cancelled the
@@ -89,7 +127,16 @@ class Services:
         return bool(backends) and all(b.ready() for b in backends)
 
     def model_status(self) -> dict[str, Any]:
-        return dict(self.backend_statuses())
+        """Per-model state for the unauthenticated `/health`: node addresses are left out (they are for
+        operators, through `/admin/nodes`)."""
+        return {model: public_status(status) for model, status in self.backend_statuses()}
 
     def backend_statuses(self) -> list[tuple[str, dict[str, Any]]]:
         return [(b.card.id, b.status()) for b in self.registry.all()]
+
+
+def public_status(status: dict[str, Any]) -> dict[str, Any]:
+    nodes = status.get("nodes")
+    if not nodes:
+        return status
+    return status | {"nodes": [{k: v for k, v in node.items() if k != "url"} for node in nodes]}

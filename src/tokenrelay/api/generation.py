@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from tokenrelay.api.parsing import parse_body
 from tokenrelay.backends.base import Backend, Event
-from tokenrelay.calls import Call, current_call, observed, record_failure
+from tokenrelay.calls import Call, ClientGone, current_call, observed, record_failure
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.render.common import Collected, ResponseMeta, collect
 from tokenrelay.sse import stream_response
@@ -60,6 +60,10 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         if body.stream:
             return await streamed(request, endpoint.chunks(body, meta, events))
         return JSONResponse(endpoint.body(body, meta, await collected(request, events)))
+    except ClientGone as exc:
+        record_failure(call, exc)
+        services.end_call(call)
+        return Response(status_code=499)  # nobody is listening; this only ends the ASGI exchange cleanly
     except BaseException as exc:
         record_failure(call, exc)
         services.end_call(call)
@@ -85,7 +89,7 @@ async def collected(request: Request, events: AsyncIterator[Event]) -> Collected
             work.cancel()
             await asyncio.gather(work, return_exceptions=True)
     if work.cancelled():
-        raise asyncio.CancelledError
+        raise ClientGone
     return work.result()
 
 

@@ -39,9 +39,13 @@ def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None
 
 
 def _note_extras(request: Request, parsed: GenerationRequest) -> None:
-    """Unknown fields are accepted and ignored; each name is logged once per server."""
+    """Unknown fields are accepted; each name is logged once per server."""
     seen: set[str] = request.app.state.services.extras_seen
     for name in parsed.extra_fields():
         if name not in seen:
             seen.add(name)
-            log.info("ignoring unknown request field %r (logged once)", name)
+            log.info(
+                "request field %r is not part of the OpenAI API: the embedded engine ignores it, upstream nodes "
+                "receive it (logged once)",
+                name,
+            )

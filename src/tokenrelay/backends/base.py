@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -67,7 +67,26 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-Event = TextDelta | ToolCallDelta | Finish | Usage
+@dataclass(slots=True)
+class DeltaFields:
+    """Fields of a node's message or delta that the events above do not model (e.g. `reasoning_content`).
+
+    Relayed as they are, so a gateway in front of a node does not silently drop what the node added.
+    """
+
+    index: int
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """Who answered: yielded once, just before the first content event, by backends that choose among members."""
+
+    node: str
+    kind: str
+
+
+Event = TextDelta | ToolCallDelta | Finish | Usage | DeltaFields | Served
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
+from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
 from tokenrelay.render.common import ChoiceState, Collected, ResponseMeta, prepend, usage_body
 
 
@@ -35,7 +35,7 @@ def _message(state: ChoiceState, legacy_functions: bool) -> dict[str, Any]:
     elif calls:
         message["content"] = text or None
         message["tool_calls"] = [_tool_call_body(call) for call in calls]
-    return message
+    return message | state.extras
 
 
 def chat_response(
@@ -102,6 +102,8 @@ class ChatChunker:
             return self.chunk([self._choice(event.index, {}, finish_reason=event.reason)])
         if isinstance(event, Usage) and self.meta.include_usage:
             return self.chunk([], usage_body(event))
+        if isinstance(event, DeltaFields):
+            return self.chunk([self._choice(event.index, dict(event.fields))])
         return None
 
     def _tool_delta(self, event: ToolCallDelta) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
+from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,14 @@ class ChoiceState:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     tool_calls: dict[int, ToolCallDelta] = field(default_factory=dict)
     finish_reason: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def add_fields(self, fields: dict[str, Any]) -> None:
+        # Streamed string fields (e.g. `reasoning_content`) arrive in pieces, like `content`; others replace.
+        for name, value in fields.items():
+            before = self.extras.get(name)
+            both_text = isinstance(before, str) and isinstance(value, str)
+            self.extras[name] = before + value if both_text else value
 
 
 @dataclass(slots=True)
@@ -67,6 +75,8 @@ class Collected:
             self.choice(event.index).finish_reason = event.reason
         elif isinstance(event, Usage):
             self.usage = event
+        elif isinstance(event, DeltaFields):
+            self.choice(event.index).add_fields(event.fields)
 
     def _add_tool_call(self, event: ToolCallDelta) -> None:
         calls = self.choice(event.index).tool_calls

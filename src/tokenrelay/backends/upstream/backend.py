@@ -1,0 +1,205 @@
+"""A model served by upstream nodes (and possibly its embedded engine): the `Backend` that routes and fails over.
+
+Failover happens only before the client has received anything: a member's events are held back until
+its first one arrives, so a node that cannot connect, times out, answers 5xx or 429, or breaks before its
+first chunk is passed over for the next. Once the first event has gone out, a failure ends the stream
+(the renderer turns it into an error event and `[DONE]`) after a usage event for what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+
+from tokenrelay import __version__
+from tokenrelay.backends.base import Event, ModelCard, Served
+from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
+from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
+from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text
+from tokenrelay.backends.upstream.router import choose, prefix_key
+from tokenrelay.config import RoutingSettings, UpstreamSettings
+from tokenrelay.errors import APIError
+from tokenrelay.protocol.chat import ChatCompletionRequest
+from tokenrelay.protocol.completions import CompletionRequest
+
+log = logging.getLogger(__name__)
+
+
+class RoutedBackend:
+    """One model id over a changing set of members; nodes can be added and removed while serving."""
+
+    kind = "upstream"
+
+    def __init__(
+        self,
+        model_id: str,
+        routing: RoutingSettings,
+        nodes: Sequence[UpstreamSettings] = (),
+        *,
+        embedded: EmbeddedMember | None = None,
+        counter: TokenCounter | None = None,
+        dynamic: bool = False,
+    ) -> None:
+        self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(time.time()))
+        self.routing = routing
+        self.embedded = embedded
+        self.counter = counter or ApproxCounter()
+        self.dynamic = dynamic  # created by a node's registration: removed with its last node
+        self.nodes: dict[str, Node] = {}
+        self._picks = 0
+        self._prober: asyncio.Task[None] | None = None
+        self._fingerprint = "fp_" + hashlib.sha256(f"{model_id}:upstream:{__version__}".encode()).hexdigest()[:10]
+        for settings in nodes:  # names are unique (checked with the settings)
+            node = self._node(settings)
+            self.nodes[node.name] = node
+
+    def _node(self, settings: UpstreamSettings) -> Node:
+        return Node(settings, self.card.id, self.routing, self.counter)
+
+    # Membership ---------------------------------------------------------------------------------
+    async def add_node(self, settings: UpstreamSettings) -> Node:
+        """Add a node, or replace the one with the same name (a node re-registering after a restart)."""
+        node = self._node(settings)
+        old = self.nodes.pop(node.name, None)
+        self.nodes[node.name] = node
+        if old is not None:
+            await self._retire(old)
+        return node
+
+    async def remove_node(self, name: str) -> bool:
+        node = self.nodes.pop(name, None)
+        if node is not None:
+            await self._retire(node)
+        return node is not None
+
+    async def _retire(self, node: Node) -> None:
+        # Requests already on the node finish; its connections close once the last one has.
+        node.retired = True
+        if node.load.in_flight == 0:
+            await node.close()
+
+    @property
+    def members(self) -> list[Member]:
+        nodes: list[Member] = list(self.nodes.values())
+        return [self.embedded, *nodes] if self.embedded is not None else nodes
+
+    # Backend ------------------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        return self._serve(request, request_id)
+
+    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        return self._serve(request, request_id)
+
+    async def start(self) -> None:
+        if self.embedded is not None and not self.embedded.backend.ready():
+            await self.embedded.backend.start()
+        if self.routing.health.probe_interval > 0:
+            self._prober = asyncio.create_task(self._probe_forever(), name=f"probe {self.card.id}")
+
+    async def close(self) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober
+        for member in self.members:
+            await member.close()
+
+    def ready(self) -> bool:
+        # Nodes come and go (and register later); only an embedded engine still loading makes us unready.
+        return self.embedded is None or self.embedded.backend.ready()
+
+    def status(self) -> dict[str, object]:
+        body: dict[str, object] = {
+            "backend": self.kind,
+            "ready": self.ready(),
+            "nodes": [node.status() for node in self.nodes.values()],
+        }
+        if self.embedded is not None:
+            body["embedded"] = self.embedded.status()
+        return body
+
+    # Routing and failover -----------------------------------------------------------------------
+    async def _serve(self, request: Request, request_id: str) -> AsyncIterator[Event]:
+        affinity = self.routing.affinity
+        key = prefix_key(prompt_text(request), affinity) if affinity.enabled else None
+        failures: list[NodeFailure] = []
+        tried: set[str] = set()
+        while len(tried) < self.routing.max_attempts:
+            member = choose(self.members, tried, key, affinity)
+            if member is None:
+                break
+            tried.add(member.name)
+            attempt = self._attempt(member, request, request_id)
+            try:
+                async with aclosing(attempt):
+                    async for event in attempt:
+                        yield event
+                return
+            except NodeFailure as exc:  # raised only before the member's first event: another may serve
+                failures.append(exc)
+        raise exhausted(failures)
+
+    async def _attempt(self, member: Member, request: Request, request_id: str) -> AsyncIterator[Event]:
+        """One member's answer: `NodeFailure` if it fails before its first event, `UpstreamError` after."""
+        self._begin(member)
+        started = time.monotonic()
+        try:
+            events = member.events(request, request_id)
+            async with aclosing(events):
+                first = await self._first(member, events)
+                member.load.observe_latency(time.monotonic() - started)
+                yield Served(member.name, member.kind)
+                if first is not None:
+                    yield first
+                try:
+                    async for event in events:
+                        yield event
+                except NodeFailure as exc:
+                    self._failed(member, exc)
+                    raise broken_stream(exc.reason) from None
+        finally:
+            await self._end(member)
+
+    async def _first(self, member: Member, events: AsyncIterator[Event]) -> Event | None:
+        try:
+            first = await anext(events, None)
+        except NodeFailure as exc:
+            self._failed(member, exc)
+            raise
+        except APIError:
+            member.breaker.success()  # the member is fine; it refused this request
+            raise
+        member.breaker.success()
+        return first
+
+    def _begin(self, member: Member) -> None:
+        self._picks += 1
+        member.load.last_pick = self._picks
+        member.load.in_flight += 1
+        member.load.requests += 1
+        member.breaker.begin()
+
+    def _failed(self, member: Member, failure: NodeFailure) -> None:
+        log.warning("model %s: %s %s failed: %s", self.card.id, member.kind, member.name, failure.reason)
+        member.breaker.failure()
+        member.load.failures += 1
+        member.last_error = failure.reason
+
+    async def _end(self, member: Member) -> None:
+        member.load.in_flight -= 1
+        member.breaker.abandon()
+        if member.retired and member.load.in_flight == 0:
+            await member.close()
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await asyncio.gather(*(node.probe() for node in list(self.nodes.values())))
+            await asyncio.sleep(self.routing.health.probe_interval)

@@ -1,0 +1,179 @@
+"""What a routed model chooses among: upstream nodes, and the embedded engine when the model has a GGUF too.
+
+Both yield the same events and raise `NodeFailure` when another member might serve the request instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+from tokenrelay.backends.base import Backend, Event
+from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
+from tokenrelay.backends.upstream.client import NodeClient
+from tokenrelay.backends.upstream.failures import NodeFailure
+from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
+from tokenrelay.backends.upstream.metering import Meter, TokenCounter, metered
+from tokenrelay.backends.upstream.relay import Exchange, relay
+from tokenrelay.backends.upstream.router import Load
+from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
+from tokenrelay.config import RoutingSettings, UpstreamSettings
+from tokenrelay.errors import Overloaded
+from tokenrelay.protocol.chat import ChatCompletionRequest
+from tokenrelay.protocol.completions import CompletionRequest
+
+log = logging.getLogger(__name__)
+
+Request = ChatCompletionRequest | CompletionRequest
+
+
+class Member(Protocol):
+    name: str
+    kind: str
+    weight: float
+    max_in_flight: int | None
+    load: Load
+    breaker: Breaker
+    health: ProbeHealth
+    last_error: str | None
+    retired: bool
+
+    def events(self, request: Request, request_id: str) -> AsyncIterator[Event]: ...
+
+    async def close(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+def _routing_state(member: Member) -> dict[str, Any]:
+    ewma = member.load.latency_ewma
+    return {
+        "name": member.name,
+        "weight": member.weight,
+        "max_in_flight": member.max_in_flight,
+        "in_flight": member.load.in_flight,
+        "requests": member.load.requests,
+        "errors": member.load.failures,
+        "breaker": str(member.breaker.state),
+        "healthy": member.health.healthy,
+        "latency_ms_ewma": None if ewma is None else round(ewma * 1000, 1),
+    }
+
+
+def _breaker(routing: RoutingSettings) -> Breaker:
+    return Breaker(routing.health.breaker_failures, routing.health.breaker_cooldown)
+
+
+class Node:
+    """One upstream node: its client, and what the router and the breaker know of it."""
+
+    kind = "upstream"
+
+    def __init__(
+        self,
+        settings: UpstreamSettings,
+        model_id: str,
+        routing: RoutingSettings,
+        counter: TokenCounter,
+    ) -> None:
+        self.settings = settings
+        self.name = settings.label
+        self.weight = settings.weight
+        self.max_in_flight = settings.max_in_flight
+        self.node_model = settings.model or model_id
+        self.routing = routing
+        self.counter = counter
+        self.client = NodeClient(settings, routing.timeouts)
+        self.load = Load()
+        self.breaker = _breaker(routing)
+        self.health = ProbeHealth(routing.health.unhealthy_after)
+        self.last_error: str | None = None
+        self.retired = False
+
+    def events(self, request: Request, request_id: str) -> AsyncIterator[Event]:
+        exchange = self._exchange(request)
+        headers = trace_headers(request_id)
+        return metered(relay(self.client, exchange, headers, self.routing.timeouts), Meter(request, self.counter))
+
+    def _exchange(self, request: Request) -> Exchange:
+        if isinstance(request, ChatCompletionRequest):
+            return Exchange("/chat/completions", node_body(request, self.node_model), chat_events)
+        if self.settings.completions_via_chat:
+            return Exchange("/chat/completions", completion_as_chat(request, self.node_model), ChatAsCompletion())
+        return Exchange("/completions", node_body(request, self.node_model), completion_parser)
+
+    async def probe(self) -> None:
+        ok = await self.client.probe(self.routing.health.probe_path, self.routing.health.probe_timeout)
+        if self.health.healthy and not ok:
+            log.warning("node %s failed a health probe", self.name)
+        self.health.record(ok)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def status(self) -> dict[str, Any]:
+        return _routing_state(self) | {
+            "url": public_url(self.settings.url),
+            "model": self.node_model,
+            "completions_via_chat": self.settings.completions_via_chat,
+            "last_error": self.last_error,
+        }
+
+
+class EmbeddedMember:
+    """The model's in-process engine taking its share of requests next to the nodes."""
+
+    name = "embedded"
+
+    def __init__(self, backend: Backend, routing: RoutingSettings, max_in_flight: int | None) -> None:
+        self.backend = backend
+        self.kind = backend.kind
+        self.weight = 1.0
+        self.max_in_flight = max_in_flight
+        self.load = Load()
+        self.breaker = _breaker(routing)
+        self.health = ProbeHealth(1)
+        self.last_error: str | None = None
+        self.retired = False
+
+    async def events(self, request: Request, request_id: str) -> AsyncIterator[Event]:
+        try:
+            if isinstance(request, ChatCompletionRequest):
+                source = self.backend.chat(request, request_id)
+            else:
+                source = self.backend.complete(request, request_id)
+            async with aclosing(source):
+                async for event in source:
+                    yield event
+        except Overloaded:
+            # A full queue here is no reason to refuse the client while a node may have room.
+            raise NodeFailure("engine busy", busy=True) from None
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+    def status(self) -> dict[str, Any]:
+        return _routing_state(self) | {"engine": self.backend.status()}
+
+
+def trace_headers(request_id: str) -> dict[str, str]:
+    """The request id for the node's logs, when it is a UUID (ours always are; a client's may not be).
+
+    Some nodes refuse any other `X-Request-ID` (llama-cpp-python's server answers 400), so a client's
+    free-form id stays with us rather than break the request.
+    """
+    try:
+        uuid.UUID(request_id)
+    except ValueError:
+        return {}
+    return {"X-Request-ID": request_id}
+
+
+def public_url(url: str) -> str:
+    """The URL without credentials or query (for status pages and logs)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))

@@ -1,0 +1,111 @@
+"""Usage for the ledger when a node reports none: tokens counted locally, marked as estimated.
+
+A node's own usage always wins. It is held back until the stream ends so that the usage event comes last,
+whatever chunk the node put it in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Protocol
+
+from tokenrelay.backends.base import Event, TextDelta, ToolCallDelta, Usage
+from tokenrelay.backends.upstream.failures import NodeFailure
+from tokenrelay.protocol.chat import ChatCompletionRequest
+from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.protocol.completions import CompletionRequest
+
+if TYPE_CHECKING:
+    from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
+
+# Template tokens a chat turn costs besides its text (role markers, separators): a typical figure.
+_TOKENS_PER_TURN = 4
+
+
+class TokenCounter(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+class ApproxCounter:
+    """About four bytes of UTF-8 per token: the usual ratio of BPE vocabularies on English text.
+
+    Used when no tokenizer of the model is at hand (an upstream-only model); the ledger row says so.
+    """
+
+    def count(self, text: str) -> int:
+        return (len(text.encode()) + 3) // 4
+
+
+class EngineCounter:
+    """Counts with the tokenizer of the model's embedded engine: exact when a model is served both ways."""
+
+    def __init__(self, engine: LlamaCppBackend) -> None:
+        self.engine = engine
+        self.fallback = ApproxCounter()
+
+    def count(self, text: str) -> int:
+        model = self.engine.model
+        if model is None:  # not loaded (yet)
+            return self.fallback.count(text)
+        return len(model.tokenize(text, add_special=False, parse_special=False))
+
+
+def prompt_text(request: GenerationRequest) -> str:
+    """The prompt as one string: what the estimate counts and what prefix affinity keys on."""
+    if isinstance(request, ChatCompletionRequest):
+        return "".join(f"{m.role}\n{m.text()}\n" for m in request.messages)
+    if isinstance(request, CompletionRequest):
+        prompt = request.prompt
+        return prompt if isinstance(prompt, str) else str(prompt)
+    return ""
+
+
+def prompt_tokens(request: GenerationRequest, counter: TokenCounter) -> int:
+    if isinstance(request, ChatCompletionRequest):
+        return sum(counter.count(m.text()) + _TOKENS_PER_TURN for m in request.messages)
+    if isinstance(request, CompletionRequest):
+        return sum(len(p) if isinstance(p, list) else counter.count(p) for p in request.prompts)
+    return 0
+
+
+class Meter:
+    """Watches what a node sent, to estimate usage if the node reports none."""
+
+    def __init__(self, request: GenerationRequest, counter: TokenCounter) -> None:
+        self.request = request
+        self.counter = counter
+        self.pieces: list[str] = []
+        self.reported: Usage | None = None
+
+    def saw(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.pieces.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            self.pieces.append((event.name or "") + event.arguments)
+
+    def usage(self) -> Usage:
+        if self.reported is not None:
+            return self.reported
+        return Usage(
+            prompt_tokens=prompt_tokens(self.request, self.counter),
+            completion_tokens=self.counter.count("".join(self.pieces)),
+            estimated=True,
+        )
+
+
+async def metered(events: AsyncIterator[Event], meter: Meter) -> AsyncIterator[Event]:
+    """Pass events on with the usage last: the node's, or an estimate; also when the node fails mid-way."""
+    started = False
+    try:
+        async for event in events:
+            if isinstance(event, Usage):
+                meter.reported = event
+                continue
+            meter.saw(event)
+            started = True
+            yield event
+    except NodeFailure:
+        if started:  # the client has part of an answer: the ledger records what was sent
+            yield meter.usage()
+        raise
+    yield meter.usage()

@@ -1,0 +1,190 @@
+"""One exchange with one node: send the body, check the answer, turn it into events as it arrives.
+
+Streams are relayed event by event as bytes arrive, never buffered whole. Time limits are enforced here
+rather than by the HTTP client, because keep-alive comments must not count as progress: the first event
+must come within `first_byte` of sending, each next one within `idle` of the last, and all within `overall`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+
+from tokenrelay.backends.base import Event
+from tokenrelay.backends.upstream.client import NodeClient
+from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
+from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
+from tokenrelay.backends.upstream.wire import usage_of
+from tokenrelay.config import UpstreamTimeouts
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_MAX_REASON = 300
+Parser = Callable[[dict[str, Any], str], list[Event]]  # (chunk or body, "delta" | "message") → events
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    path: str  # relative to the node's URL, e.g. "/chat/completions"
+    body: dict[str, Any]
+    parse: Parser
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+
+class Clock:
+    """The limits of one exchange, as loop-time deadlines."""
+
+    def __init__(self, timeouts: UpstreamTimeouts) -> None:
+        self.timeouts = timeouts
+        self.now = asyncio.get_running_loop().time
+        start = self.now()
+        self.overall = start + timeouts.overall
+        self.first_byte = start + timeouts.first_byte
+
+    def next_gap(self) -> float:
+        return self.now() + self.timeouts.idle
+
+    async def within(self, deadline: float, work: Awaitable[T], what: str) -> T:
+        """Await `work` until `deadline` (or the overall limit, if that comes first)."""
+        if self.overall < deadline:
+            deadline, what = self.overall, f"{what} (overall limit)"
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await work
+        except TimeoutError:
+            raise NodeFailure(f"timeout {what}") from None
+
+
+async def relay(
+    client: NodeClient, exchange: Exchange, headers: dict[str, str], timeouts: UpstreamTimeouts
+) -> AsyncIterator[Event]:
+    clock = Clock(timeouts)
+    payload = json.dumps(exchange.body, ensure_ascii=False, separators=(",", ":")).encode()
+    deadline = clock.first_byte if exchange.stream else clock.overall
+    response = await clock.within(deadline, _send(client, exchange.path, payload, headers), "waiting for the node")
+    try:
+        await _check_status(response, clock)
+        if exchange.stream and _is_event_stream(response):
+            async for event in _stream_events(response, exchange.parse, clock):
+                yield event
+        else:  # a whole body, also when a node ignored `stream`
+            body = await clock.within(clock.overall, _read_json(response), "reading the answer")
+            for event in _body_events(body, exchange.parse, "message"):
+                yield event
+    finally:
+        # Back to the pool when read to the end; aiohttp closes the connection of a response left mid-way
+        # (client gone, timeout, broken stream), which is also what tells the node to stop generating.
+        response.release()
+
+
+async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    try:
+        return await client.post(path, payload, headers)
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+        raise NodeFailure("connection failed") from None
+    except aiohttp.ClientError as exc:
+        raise _transport_failure(exc) from None
+
+
+def _transport_failure(exc: aiohttp.ClientError) -> NodeFailure:
+    log.info("node connection error: %r", exc)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError):
+        return NodeFailure("connection lost")
+    return NodeFailure(f"transport error ({type(exc).__name__})")
+
+
+async def _check_status(response: aiohttp.ClientResponse, clock: Clock) -> None:
+    if 200 <= response.status < 300:
+        return
+    content = await clock.within(clock.overall, _read(response), "reading the node's error")
+    failure = failure_for_status(response.status, content)
+    if isinstance(failure, NodeFailure):
+        log.warning("node answered %s: %s", response.status, node_error(content, response.status).get("message"))
+    raise failure
+
+
+async def _read(response: aiohttp.ClientResponse) -> bytes:
+    try:
+        return await response.read()
+    except aiohttp.ClientError as exc:
+        raise _transport_failure(exc) from None
+
+
+async def _read_json(response: aiohttp.ClientResponse) -> dict[str, Any]:
+    content = await _read(response)
+    try:
+        body = json.loads(content)
+    except ValueError:
+        raise NodeFailure("the node's answer is not JSON") from None
+    if not isinstance(body, dict):
+        raise NodeFailure("the node's answer is not a JSON object")
+    return body
+
+
+def _body_events(body: dict[str, Any], parse: Parser, key: str) -> list[Event]:
+    if "error" in body and "choices" not in body:
+        raise _reported_error(json.dumps(body).encode())
+    events = parse(body, key)
+    usage = usage_of(body)
+    return [*events, usage] if usage is not None else events
+
+
+def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return response.content_type == "text/event-stream"
+
+
+async def _stream_events(response: aiohttp.ClientResponse, parse: Parser, clock: Clock) -> AsyncIterator[Event]:
+    decoder = SSEDecoder()
+    chunks = response.content.iter_any()
+    deadline, what = clock.first_byte, "before the first chunk"
+    while True:
+        chunk = await clock.within(deadline, _next_chunk(chunks), what)
+        messages = decoder.feed(chunk) if chunk is not None else decoder.close()
+        for message in messages:
+            if message.data == "[DONE]":
+                # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would
+                # wait with it) nor judged: a node that breaks its framing after [DONE] has still answered.
+                # The body's end usually came in the same read, and then the connection is reused.
+                return
+            deadline, what = clock.next_gap(), "between chunks"
+            for event in _chunk_events(message, parse):
+                yield event
+        if chunk is None:
+            return
+
+
+async def _next_chunk(chunks: AsyncIterator[bytes]) -> bytes | None:
+    try:
+        return await anext(chunks, None)
+    except aiohttp.ClientError as exc:
+        raise _transport_failure(exc) from None
+
+
+def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:
+    if not message.data.strip():
+        return []
+    try:
+        chunk = json.loads(message.data)
+    except ValueError:
+        raise NodeFailure("the node sent a chunk that is not JSON") from None
+    if not isinstance(chunk, dict):
+        raise NodeFailure("the node sent a chunk that is not a JSON object")
+    if message.event == "error":
+        raise _reported_error(message.data.encode())
+    return _body_events(chunk, parse, "delta")
+
+
+def _reported_error(content: bytes) -> NodeFailure:
+    """An error the node sent in place of an answer (or mid-stream); its message is the node's, kept short."""
+    message = str(node_error(content, 200).get("message") or "unspecified")
+    return NodeFailure(f"node error: {message[:_MAX_REASON]}")

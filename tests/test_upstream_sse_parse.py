@@ -1,0 +1,41 @@
+"""The SSE decoder: events out of byte chunks split anywhere, whatever the line endings."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
+
+STREAM = 'data: {"a": "é"}\n\n: keep-alive\n\nevent: error\ndata: line one\ndata: line two\n\ndata: [DONE]\n\n'.encode()
+EXPECTED = [SSEMessage('{"a": "é"}'), SSEMessage("line one\nline two", "error"), SSEMessage("[DONE]")]
+
+
+def decode(chunks: list[bytes]) -> list[SSEMessage]:
+    decoder = SSEDecoder()
+    out = [message for chunk in chunks for message in decoder.feed(chunk)]
+    return out + decoder.close()
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13, 1000])
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_events_survive_any_split_and_line_ending(size: int, newline: bytes) -> None:
+    data = STREAM.replace(b"\n", newline)
+    assert decode([data[i : i + size] for i in range(0, len(data), size)]) == EXPECTED
+
+
+def test_a_crlf_split_between_chunks_is_one_line_ending() -> None:
+    assert decode([b"data: x\r", b"\n\r", b"\ndata: y\r\n\r\n"]) == [SSEMessage("x"), SSEMessage("y")]
+
+
+def test_comments_and_blank_lines_alone_yield_nothing() -> None:
+    assert decode([b": ping\n\n\n\n: ping\n\n"]) == []
+
+
+def test_an_unterminated_last_event_is_still_delivered_at_the_end() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b'data: {"last": true}') == []
+    assert decoder.close() == [SSEMessage('{"last": true}')]
+
+
+def test_field_without_space_and_unknown_fields() -> None:
+    assert decode([b"id: 7\nretry: 10\ndata:tight\n\n"]) == [SSEMessage("tight")]

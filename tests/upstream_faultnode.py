@@ -1,0 +1,70 @@
+"""A scripted OpenAI-compatible node on loopback: answers with a chosen error status, or a short reply."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FaultNode(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.status = 200
+        self.generations = 0  # POSTs received
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FaultNode
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "fault"}]}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        self.server.generations += 1
+        status = self.server.status
+        if status != 200:
+            error = {"error": {"message": f"scripted {status}", "type": "server_error"}}
+            self._send(status, "application/json", json.dumps(error).encode())
+        elif body.get("stream"):
+            chunk = {"choices": [{"index": 0, "delta": {"content": "from fault node"}, "finish_reason": "stop"}]}
+            usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}
+            frames = f"data: {json.dumps(chunk)}\n\ndata: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
+            self._send(200, "text/event-stream", frames.encode())
+        else:
+            message = {"role": "assistant", "content": "from fault node"}
+            reply = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+            self._send(200, "application/json", json.dumps(reply).encode())
+
+    def _send(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@contextmanager
+def fault_node() -> Iterator[FaultNode]:
+    node = FaultNode()
+    thread = threading.Thread(target=node.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield node
+    finally:
+        node.shutdown()
+        node.server_close()

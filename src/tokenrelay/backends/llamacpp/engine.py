@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +149,12 @@ class LlamaCppBackend:
     # Requests -----------------------------------------------------------------------------------
     def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
         prompts.reject_media(request)
-        output = output_plan(request)
+        return self._chat(request)
+
+    async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:
+        # Checking schemas and tools compiles grammars: milliseconds usually, up to a second for a huge schema,
+        # so it runs off the event loop. Errors still come before the first event, so they stay plain 400s.
+        output = await asyncio.to_thread(output_plan, request)
         messages, tools = tool_prompt(prompts.template_messages(request), output.tools, self.template.takes_tools)
         tokens = prompts.chat_prompt(self.model, self.template, messages, tools)
         limit = request.token_limit
@@ -158,7 +164,11 @@ class LlamaCppBackend:
         top = (request.top_logprobs or 0) if request.logprobs else None
         run = PromptRun(tokens=tokens, first_index=0)
         events = self._generate(request, [run], max_tokens, top, request.choices, None, output.grammar)
-        return events if output.tools is None else tool_events(events, output.tools)
+        if output.tools is not None:
+            events = tool_events(events, output.tools)
+        async with aclosing(events):
+            async for event in events:
+                yield event
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
         runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
@@ -267,8 +277,8 @@ class LlamaCppBackend:
         tokenizer = await self.vocabulary.tokenizer()
         try:
             first = await asyncio.to_thread(GrammarConstraint.build, tokenizer, grammar, self.model.n_vocab)
-        except ValueError as exc:
-            raise InvalidRequest(f"The output grammar cannot be enforced: {exc}", param="response_format") from exc
+        except ValueError as exc:  # checked up front, so only a resource limit of llguidance gets here
+            raise InvalidRequest(f"The output grammar cannot be enforced: {exc}") from exc
         return [first, *(first.copy() for _ in range(count - 1))]
 
     async def _events(

@@ -7,7 +7,8 @@ import pytest
 from llguidance import LLMatcher
 
 from tokenrelay.backends.llamacpp.structured.grammars import output_grammar
-from tokenrelay.backends.llamacpp.structured.schemas import check_schema, generation_schema, json_grammar
+from tokenrelay.backends.llamacpp.structured.narrowing import generation_schema
+from tokenrelay.backends.llamacpp.structured.schemas import check_schema, json_grammar
 from tokenrelay.backends.llamacpp.structured.toolspec import ToolSpec
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.chat import FunctionDef
@@ -85,3 +86,14 @@ def test_output_grammar_kinds() -> None:
     ):
         for content in (None, {"type": "object"}):
             assert output_grammar(spec, content)
+
+
+def test_default_bounds_never_make_a_schema_unsatisfiable() -> None:
+    for schema in ({"type": "number", "enum": [1e300, 2.5]}, {"type": "integer", "const": 2**60}):
+        narrowed = generation_schema(schema)
+        assert "minimum" not in narrowed and "maximum" not in narrowed and "multipleOf" not in narrowed
+        assert not LLMatcher.validate_grammar_with_warnings(json_grammar(schema))[0]
+    below = generation_schema({"type": "integer", "maximum": -(2**60)})
+    assert "minimum" not in below  # a default minimum above the schema's maximum would allow nothing
+    above = generation_schema({"type": "number", "exclusiveMinimum": 1e20})
+    assert "maximum" not in above and above["multipleOf"] == 1e-10

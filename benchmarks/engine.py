@@ -3,7 +3,8 @@
 Runs, in one go: tokenrelay (continuous batching) and `python -m llama_cpp.server` on the default model, each
 at concurrency 1, 4 and 16 with fixed prompts, streaming 48-token greedy completions. Prints aggregate decode
 tokens/s, time to first token p50/p99 and resident memory side by side, plus how many greedy outputs under
-concurrency equal the same request run alone (batch invariance).
+concurrency equal the same request run alone (batch invariance), and constrained decoding speed as a fraction
+of unconstrained (`constrained.py`).
 
     python benchmarks/engine.py [--max-tokens 48] [--rounds 2]
 """
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import free_port, server_env, shared_data_dir  # noqa: E402
+from constrained import constrained_report  # noqa: E402
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model  # noqa: E402
 
 PROMPTS = [
@@ -210,6 +212,7 @@ def main() -> None:
         health = httpx.get(f"http://127.0.0.1:{port}/health").json()["models"]["gemma-3-270m"]
         print(f"tokenrelay: 16 slots, batch_invariant={health['batch_invariant']}", flush=True)
         rows.append(bench("tokenrelay", tr, f"http://127.0.0.1:{port}", "gemma-3-270m", args))
+        constrained = constrained_report(f"http://127.0.0.1:{port}", "gemma-3-270m")
     finally:
         tr.terminate()
         tr.wait()
@@ -255,6 +258,7 @@ def main() -> None:
     print(f"ratio at c=1:  {tr_row[1].tok_s / lc_row[1].tok_s:.2f}x (target >= 0.95x)")
     print(f"greedy outputs identical alone vs 16 concurrent: {tr_row['identical']}/16")
     print(f"median ttft (ms) tokenrelay c=16: {statistics.median(tr_row[16].ttfts) * 1000:.0f}")
+    print("\n".join(constrained))
 
 
 if __name__ == "__main__":

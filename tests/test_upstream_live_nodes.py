@@ -214,7 +214,7 @@ def test_usage_chunk_only_when_asked(fleet: Fleet, model: str) -> None:
 
 def test_usage_is_estimated_only_when_the_node_reports_none(fleet: Fleet) -> None:
     body = {"prompt": "Once upon a time", "max_tokens": 4, "logit_bias": NO_EOS, "stream": True}
-    for model, request_id, estimated in [("solo-b", USAGE_B, None), ("llama", USAGE_LLAMA, "True")]:
+    for model, request_id, estimated in [("solo-b", USAGE_B, None), ("llama", USAGE_LLAMA, "true")]:
         with fleet.http() as http:
             headers = {"X-Request-ID": request_id}
             with http.stream("POST", "/v1/completions", json=body | {"model": model}, headers=headers) as r:

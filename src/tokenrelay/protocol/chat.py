@@ -157,10 +157,10 @@ class ChatCompletionRequest(GenerationRequest):
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
+    tools: Annotated[list[Tool], Field(min_length=1)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    functions: list[FunctionDef] | None = None
+    functions: Annotated[list[FunctionDef], Field(min_length=1)] | None = None
     function_call: Literal["none", "auto"] | NamedFunction | None = None
     service_tier: str | None = None
 
@@ -177,7 +177,27 @@ class ChatCompletionRequest(GenerationRequest):
             raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
         return self
 
+    @model_validator(mode="after")
+    def _tool_choice_names_a_given_tool(self) -> ChatCompletionRequest:
+        tools = [tool.function.name for tool in self.tools or []]
+        _check_choice(self.tool_choice, tools, "tool_choice", "tools")
+        _check_choice(self.function_call, [f.name for f in self.functions or []], "function_call", "functions")
+        return self
+
     @property
     def token_limit(self) -> int | None:
         """`max_completion_tokens` is the newer name; it wins when both are sent."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+def _check_choice(choice: object, names: list[str], param: str, listed: str) -> None:
+    """A required or named choice needs the tools it chooses from (`none`/`auto` without tools are harmless)."""
+    if choice == "required" and not names:
+        raise InvalidRequest(f"`{param}: required` needs `{listed}`.", param=param)
+    name = choice.function.name if isinstance(choice, NamedToolChoice) else getattr(choice, "name", None)
+    if name is None:
+        return
+    if not names:
+        raise InvalidRequest(f"`{param}` names the function `{name}` but no `{listed}` were given.", param=param)
+    if name not in names:
+        raise InvalidRequest(f"`{param}` names `{name}`, which is not among the `{listed}`.", param=param)

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,6 +19,11 @@ from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptSco
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
+from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
+from tokenrelay.backends.llamacpp.structured.plan import output_plan
+from tokenrelay.backends.llamacpp.structured.toolprompt import tool_prompt
+from tokenrelay.backends.llamacpp.structured.toolstream import tool_events
+from tokenrelay.backends.llamacpp.structured.vocabulary import GrammarVocabulary
 from tokenrelay.backends.llamacpp.templates import ChatTemplate, template_for
 from tokenrelay.backends.llamacpp.textstream import TextStream
 from tokenrelay.calls import current_call
@@ -65,6 +71,7 @@ class LlamaCppBackend:
         self.model: LlamaModel | None = None
         self.template: ChatTemplate | None = None
         self.scheduler: Scheduler | None = None
+        self.vocabulary: GrammarVocabulary | None = None
         self._fingerprint = self._make_fingerprint(path)
 
     @staticmethod
@@ -91,6 +98,7 @@ class LlamaCppBackend:
         )
         self.scheduler = Scheduler(model, self.engine_settings)
         self.scheduler.start()
+        self.vocabulary = GrammarVocabulary(model)
         self.model = model
         # Known only once the context exists; admission uses it to bound a request without max_tokens.
         self.card = replace(self.card, context_length=self.scheduler.context.n_ctx_seq)
@@ -147,16 +155,27 @@ class LlamaCppBackend:
 
     # Requests -----------------------------------------------------------------------------------
     def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
-        self._reject_unsupported_chat(request)
         prompts.reject_media(request)
-        tokens = prompts.chat_prompt(self.model, self.template, request)
+        return self._chat(request)
+
+    async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:
+        # Checking schemas and tools compiles grammars: milliseconds usually, up to a second for a huge schema,
+        # so it runs off the event loop. Errors still come before the first event, so they stay plain 400s.
+        output = await asyncio.to_thread(output_plan, request)
+        messages, tools = tool_prompt(prompts.template_messages(request), output.tools, self.template.takes_tools)
+        tokens = prompts.chat_prompt(self.model, self.template, messages, tools)
         limit = request.token_limit
         max_tokens = limit if limit is not None else self.n_ctx - len(tokens)
         param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
         self._check(request, len(tokens), max_tokens, "messages", param)
         top = (request.top_logprobs or 0) if request.logprobs else None
         run = PromptRun(tokens=tokens, first_index=0)
-        return self._generate(request, [run], max_tokens, top, best_of=request.choices, prompt_logprobs=None)
+        events = self._generate(request, [run], max_tokens, top, request.choices, None, output.grammar)
+        if output.tools is not None:
+            events = tool_events(events, output.tools)
+        async with aclosing(events):
+            async for event in events:
+                yield event
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
         runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
@@ -193,23 +212,6 @@ class LlamaCppBackend:
         if max_tokens < 0:
             raise InvalidRequest("max_tokens must not be negative.", param=param)
 
-    @staticmethod
-    def _reject_unsupported_chat(request: ChatCompletionRequest) -> None:
-        # Structured outputs and tool calling land with their own engine support; until then they are
-        # refused by name rather than silently ignored.
-        unsupported = {
-            "tools": bool(request.tools) and request.tool_choice != "none",
-            "functions": bool(request.functions) and request.function_call != "none",
-            "response_format": request.response_format is not None and request.response_format.type != "text",
-        }
-        for name, used in unsupported.items():
-            if used:
-                raise InvalidRequest(
-                    f"`{name}` is not supported by the embedded engine yet.", param=name, code="unsupported_parameter"
-                )
-        if request.tool_choice not in (None, "none", "auto") or request.function_call not in (None, "none", "auto"):
-            raise InvalidRequest("A named or required tool choice needs `tools`.", param="tool_choice")
-
     # Generation ---------------------------------------------------------------------------------
     def _plans(
         self,
@@ -220,6 +222,7 @@ class LlamaCppBackend:
         score: bool,
         first_index: int,
         text_offset: int,
+        constraints: list[GrammarConstraint] | None,
     ) -> list[SeqPlan]:
         temperature = 1.0 if request.temperature is None else request.temperature
         return [
@@ -238,6 +241,7 @@ class LlamaCppBackend:
                 max_tokens=max_tokens,
                 stops=request.stop_list,
                 text_offset=text_offset,
+                constraint=constraints[i] if constraints else None,
             )
             for i in range(count)
         ]
@@ -250,6 +254,7 @@ class LlamaCppBackend:
         top: int | None,
         best_of: int,
         prompt_logprobs: int | None,
+        grammar: str | None = None,
     ) -> AsyncIterator[Event]:
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
@@ -257,7 +262,8 @@ class LlamaCppBackend:
         jobs = []
         for number, run in enumerate(runs):
             offset = len(run.echo_text) if run.echo_text is not None else 0
-            plans = self._plans(request, best_of, max_tokens, top, ranked, run.first_index, offset)
+            constraints = await self._constraints(grammar, best_of) if grammar is not None else None
+            plans = self._plans(request, best_of, max_tokens, top, ranked, run.first_index, offset, constraints)
 
             def sink(event: object, number: int = number) -> None:
                 loop.call_soon_threadsafe(inbox.put_nowait, (number, event))
@@ -276,6 +282,16 @@ class LlamaCppBackend:
                 job.cancel()
             if not finished and call is not None:
                 call.report_usage(partial_usage(jobs))
+
+    async def _constraints(self, grammar: str, count: int) -> list[GrammarConstraint]:
+        """One grammar state per sequence. Compiling a large grammar can take a while, so it runs off the loop;
+        the copies share the compiled grammar."""
+        tokenizer = await self.vocabulary.tokenizer()
+        try:
+            first = await asyncio.to_thread(GrammarConstraint.build, tokenizer, grammar, self.model.n_vocab)
+        except ValueError as exc:  # checked up front, so only a resource limit of llguidance gets here
+            raise InvalidRequest(f"The output grammar cannot be enforced: {exc}") from exc
+        return [first, *(first.copy() for _ in range(count - 1))]
 
     async def _events(
         self,

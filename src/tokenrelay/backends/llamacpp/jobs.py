@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tokenrelay.backends.base import TokenLogprob
 from tokenrelay.backends.llamacpp.sampling import SamplingParams
+from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,7 @@ class SeqPlan:
     max_tokens: int
     stops: list[str]
     text_offset: int = 0  # where generated text starts in the choice's text (after an echoed prompt)
+    constraint: GrammarConstraint | None = None  # this sequence's own grammar state (structured output)
 
 
 @dataclass(slots=True)

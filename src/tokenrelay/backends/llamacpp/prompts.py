@@ -43,8 +43,10 @@ def _plain(value: Any) -> Any:
     return value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
 
 
-def chat_prompt(model: LlamaModel, template: ChatTemplate, request: ChatCompletionRequest) -> list[int]:
-    text = template.render(template_messages(request))
+def chat_prompt(
+    model: LlamaModel, template: ChatTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[int]:
+    text = template.render(messages, tools)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     bos = model.special("bos")
     if model.add_bos and bos is not None and (not tokens or tokens[0] != bos):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import llama_cpp
 import numpy as np
 
+from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
+
 BAN = -100.0  # a bias of -100 bans the token outright, as the OpenAI API describes
 
 
@@ -60,19 +62,26 @@ def log_softmax(row: np.ndarray, temperature: float = 1.0) -> np.ndarray:
 
 
 def top_k(logprobs: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The k most likely tokens; tokens that could not be drawn (banned, or outside a grammar) are never listed,
+    so fewer than k come back when fewer were possible."""
     if k <= 0:
         return []
     ids = np.argpartition(logprobs, -k)[-k:]
     ids = ids[np.argsort(-logprobs[ids], kind="stable")]
-    return [(int(i), float(logprobs[i])) for i in ids]
+    return [(int(i), float(logprobs[i])) for i in ids if logprobs[i] > -np.inf]
 
 
 class TokenSampler:
-    """One sequence's sampler: owns its llama.cpp chain (and so its seeded random state) and its counts."""
+    """One sequence's sampler: owns its llama.cpp chain (and so its seeded random state) and its counts.
 
-    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+    A grammar constraint, when given, masks the row after bias and penalties and before the draw, so the
+    chain (and the logprobs) see only tokens the grammar allows; unconstrained sequences skip it entirely.
+    """
+
+    def __init__(self, params: SamplingParams, n_vocab: int, constraint: GrammarConstraint | None = None) -> None:
         self.params = params
         self.n_vocab = n_vocab
+        self.constraint = constraint
         self.counts: Counter[int] = Counter()
         self._bias_ids = np.fromiter(params.logit_bias.keys(), dtype=np.int64, count=len(params.logit_bias))
         self._bias_values = np.array([-np.inf if v <= BAN else v for v in params.logit_bias.values()], dtype=np.float32)
@@ -89,6 +98,11 @@ class TokenSampler:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(params.seed))
         return chain
+
+    @property
+    def complete(self) -> bool:
+        """The grammar, if any, admits no further token."""
+        return self.constraint is not None and self.constraint.complete
 
     def close(self) -> None:
         if self.chain:
@@ -107,7 +121,11 @@ class TokenSampler:
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> Draw:
         row = logits_row(ctx, index, self.n_vocab)
         self._adjust(row)
+        if self.constraint is not None:
+            self.constraint.restrict(row)
         token = int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        if self.constraint is not None:
+            self.constraint.accept(token)
         self.counts[token] += 1
         draw = Draw(token)
         p = self.params

@@ -305,7 +305,7 @@ class Scheduler:
             slot.seq = Sequence(
                 plan=plan,
                 job=job,
-                sampler=TokenSampler(plan.params, self.model.n_vocab),
+                sampler=TokenSampler(plan.params, self.model.n_vocab, plan.constraint),
                 text=TextStream(plan.stops, plan.text_offset),
             )
             if plan.max_tokens == 0:
@@ -329,6 +329,8 @@ class Scheduler:
         self._emit_text(seq, released)
         if released.stopped:
             self._finish(slot, "stop", flush=False)
+        elif seq.sampler.complete:  # the grammar's output is whole: nothing more may follow
+            self._finish(slot, "stop")
         elif seq.generated >= seq.plan.max_tokens or len(slot.cache) + 1 > self.context.n_ctx_seq:
             self._finish(slot, "length")
         else:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tokenrelay.errors import InvalidRequest
@@ -54,6 +54,7 @@ class ChatTemplate:
     origin: str
     bos_token: str
     eos_token: str
+    takes_tools: bool = field(init=False)  # the template reads a `tools` variable: it renders tools itself
 
     def __post_init__(self) -> None:
         # Same environment options as transformers' `apply_chat_template`, so GGUF templates written for it
@@ -65,6 +66,7 @@ class ChatTemplate:
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         self._template = env.from_string(self.source)
+        self.takes_tools = "tools" in meta.find_undeclared_variables(env.parse(self.source))
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         try:

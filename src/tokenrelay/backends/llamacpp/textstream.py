@@ -12,6 +12,17 @@ from dataclasses import dataclass, field, replace
 from tokenrelay.backends.base import TokenLogprob
 
 
+def partial_match(text: str, needles: list[str]) -> int:
+    """Length of the longest tail of `text` that begins one of `needles` (text that must be held back)."""
+    best = 0
+    for needle in needles:
+        for size in range(min(len(needle) - 1, len(text)), best, -1):
+            if text.endswith(needle[:size]):
+                best = size
+                break
+    return best
+
+
 @dataclass(slots=True)
 class Released:
     text: str = ""
@@ -51,14 +62,7 @@ class TextStream:
         return min(found) if found else None
 
     def _held_back(self) -> int:
-        """Length of the longest tail of the pending text that begins some stop string."""
-        best = 0
-        for stop in self._stops:
-            for size in range(min(len(stop) - 1, len(self._pending)), best, -1):
-                if self._pending.endswith(stop[:size]):
-                    best = size
-                    break
-        return best
+        return partial_match(self._pending, self._stops)
 
     def _release(self, upto: int) -> Released:
         text, self._pending = self._pending[:upto], self._pending[upto:]

@@ -1,0 +1,1 @@
+"""Structured outputs and tool calling on the embedded engine: grammars, constrained sampling, tool-call text."""

@@ -1,0 +1,105 @@
+"""Tools in the prompt: through the chat template when it takes `tools`, else a convention in the system turn.
+
+Templates written for tool use (they read a `tools` variable) describe the tools their own way and render
+assistant `tool_calls` and `tool` results themselves. Other templates (the built-in ones, and the default
+model's) get the tool list and the `toolformat` call syntax as system instructions, and see earlier calls
+written in that same syntax, so the model's own past calls are the examples it continues from.
+
+Under `tool_choice: none` the tools are left out of the prompt entirely: no call is parsed then, and a model
+that was not told how to call cannot start one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tokenrelay.backends.llamacpp.structured import toolformat
+from tokenrelay.backends.llamacpp.structured.toolspec import ToolSpec, arguments_schema
+
+SYSTEM_ROLES = ("system", "developer")
+
+
+def tool_prompt(
+    messages: list[dict[str, Any]], spec: ToolSpec | None, template_takes_tools: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The messages to render and the template's `tools` variable."""
+    if template_takes_tools:
+        return messages, template_tools(spec) if spec else None
+    written = written_calls(named_results(messages))
+    return (with_system_text(written, instructions(spec)) if spec else written), None
+
+
+def template_tools(spec: ToolSpec) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": f.model_dump(exclude_none=True)} for f in spec.functions]
+
+
+def instructions(spec: ToolSpec) -> str:
+    listed = [
+        json.dumps({"name": f.name, "description": f.description or "", "parameters": arguments_schema(f)})
+        for f in spec.functions
+    ]
+    return "\n".join(
+        [
+            "You can call functions. Each one is listed below as JSON: its name, what it does, and the JSON "
+            "Schema of its arguments.",
+            *listed,
+            "To call a function, write the call exactly in this form, with the arguments as one JSON object:",
+            toolformat.call_text("function name", "{...}"),
+            "The function's result comes back in a later message.",
+            _rule(spec),
+        ]
+    )
+
+
+def _rule(spec: ToolSpec) -> str:
+    if spec.choice == "auto":
+        limit = "You may write several calls, one after another." if spec.parallel else "Write at most one call."
+        return f"Call a function only when you need its result; otherwise answer normally. {limit}"
+    if spec.choice == "required":
+        return "You must call at least one function now." if spec.parallel else "You must call one function now."
+    return f"You must call the function `{spec.choice}` now."
+
+
+def written_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Assistant turns with their calls written out in the call syntax, after any text they had."""
+    out = []
+    for message in messages:
+        calls = _calls(message)
+        if calls:
+            text = "".join(toolformat.call_text(name, arguments) for name, arguments in calls)
+            content = message.get("content") or ""
+            message = {k: v for k, v in message.items() if k not in ("tool_calls", "function_call")}
+            message["content"] = f"{content}\n{text}" if content else text
+        out.append(message)
+    return out
+
+
+def _calls(message: dict[str, Any]) -> list[tuple[str, str]]:
+    if message["role"] != "assistant":
+        return []
+    calls = [call["function"] for call in message.get("tool_calls") or []]
+    if message.get("function_call"):
+        calls.append(message["function_call"])
+    return [(call["name"], call["arguments"]) for call in calls]
+
+
+def named_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`tool` results carry the name of the function they answer (looked up by `tool_call_id`) when unnamed."""
+    names: dict[str, str] = {}
+    out = []
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            names[call["id"]] = call["function"]["name"]
+        if message["role"] == "tool" and not message.get("name") and message.get("tool_call_id") in names:
+            message = message | {"name": names[message["tool_call_id"]]}
+        out.append(message)
+    return out
+
+
+def with_system_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """`text` appended to the leading system message, or as a new one in front."""
+    if messages and messages[0]["role"] in SYSTEM_ROLES:
+        first = messages[0]
+        return [first | {"content": f"{first['content']}\n\n{text}" if first["content"] else text}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]

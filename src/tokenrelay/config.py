@@ -179,17 +179,6 @@ class Settings(BaseSettings):
     def routing_for(self, model: ModelSettings | None) -> RoutingSettings:
         return (model.routing if model is not None else None) or self.routing
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings
-
 
 def expand_env(value: Any) -> Any:
     """Expand `${VAR}` and `${VAR:-default}` in every string of a loaded config file."""

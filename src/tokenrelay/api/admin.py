@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 from tokenrelay.adminauth import require_admin
+from tokenrelay.api.parsing import validate_json
 from tokenrelay.auth.keyspec import KeyCreate
-from tokenrelay.errors import InvalidRequest, from_validation_error
+from tokenrelay.errors import InvalidRequest
 from tokenrelay.timeutil import parse_instant
 from tokenrelay.usage.report import GROUPINGS, UsageQuery, usage_report
 
@@ -23,10 +23,7 @@ def _accounting(request: Request) -> Any:
 
 @router.post("/keys")
 async def create_key(request: Request) -> JSONResponse:
-    try:
-        wanted = KeyCreate.model_validate_json(await request.body())
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
+    wanted = validate_json(KeyCreate, await request.body())
     record, secret = await _accounting(request).keys.create(wanted.spec())
     # The secret is in this response and nowhere else, ever.
     return JSONResponse({**record.to_json(), "key": secret}, status_code=201)

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import Field, ValidationError
+from pydantic import Field
 from starlette.responses import JSONResponse, Response
 
 from tokenrelay.adminauth import require_admin
+from tokenrelay.api.parsing import validate_json
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import UpstreamSettings
-from tokenrelay.errors import NotFound, from_validation_error
+from tokenrelay.errors import NotFound
 
 router = APIRouter(prefix="/admin/nodes", dependencies=[Depends(require_admin)])
 
@@ -48,10 +49,7 @@ async def list_nodes(request: Request) -> JSONResponse:
 
 @router.post("")
 async def register_node(request: Request) -> JSONResponse:
-    try:
-        registration = NodeRegistration.model_validate_json(await request.body())
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
+    registration = validate_json(NodeRegistration, await request.body())
     backend = await request.app.state.services.routed_backend(registration.model_id)
     upstream = registration.upstream()
     replaced = upstream.label in backend.nodes

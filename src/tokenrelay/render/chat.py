@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
-from tokenrelay.render.common import ChoiceState, Collected, ResponseMeta, prepend, usage_body
+from tokenrelay.render.common import ChoiceState, Collected, ResponseMeta, chunk_body, prepend, usage_body
 
 
 def logprob_content(items: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -73,18 +73,7 @@ class ChatChunker:
         self.legacy_functions = legacy_functions
 
     def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.meta.id,
-            "object": "chat.completion.chunk",
-            "created": self.meta.created,
-            "model": self.meta.model,
-            "system_fingerprint": self.meta.system_fingerprint,
-            "service_tier": self.meta.service_tier,
-            "choices": choices,
-        }
-        if self.meta.include_usage:
-            body["usage"] = usage
-        return body
+        return chunk_body(self.meta, "chat.completion.chunk", choices, usage, service_tier=self.meta.service_tier)
 
     def _choice(self, index: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
         return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None} | extra

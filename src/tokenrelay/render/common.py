@@ -22,6 +22,25 @@ class ResponseMeta:
     service_tier: str | None = None
 
 
+def chunk_body(
+    meta: ResponseMeta, object_name: str, choices: list[dict[str, Any]], usage: dict[str, Any] | None, **extra: Any
+) -> dict[str, Any]:
+    """One stream chunk: the fields every chunk repeats, its choices, and `usage` (null but for the last
+    chunk) only when the client asked for usage in the stream."""
+    body: dict[str, Any] = {
+        "id": meta.id,
+        "object": object_name,
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": meta.system_fingerprint,
+        **extra,
+        "choices": choices,
+    }
+    if meta.include_usage:
+        body["usage"] = usage
+    return body
+
+
 def usage_body(usage: Usage) -> dict[str, Any]:
     # The reference pages require every detail object, so zeros are sent where a count does not apply.
     return {

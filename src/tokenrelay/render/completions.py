@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, Usage
-from tokenrelay.render.common import Collected, ResponseMeta, usage_body
+from tokenrelay.render.common import Collected, ResponseMeta, chunk_body, usage_body
 
 
 def completion_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -49,17 +49,7 @@ class CompletionChunker:
         self.want_logprobs = want_logprobs
 
     def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.meta.id,
-            "object": "text_completion",
-            "created": self.meta.created,
-            "model": self.meta.model,
-            "system_fingerprint": self.meta.system_fingerprint,
-            "choices": choices,
-        }
-        if self.meta.include_usage:
-            body["usage"] = usage
-        return body
+        return chunk_body(self.meta, "text_completion", choices, usage)
 
     def event(self, event: Event) -> dict[str, Any] | None:
         if isinstance(event, TextDelta):

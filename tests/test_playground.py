@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,22 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Request, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Request, Route
 
 from conftest import DEFAULT_MODEL, Server
 from observing import eventually, text_request_lines
 from tokenrelay.errors import AuthenticationError
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 REPLY_TIMEOUT_MS = 120_000
 USAGE = re.compile(r"prompt (\d+) · completion (\d+) · total (\d+)")
 # Records every state the reply's text goes through, to tell a streamed reply from one that appears at once.
@@ -38,16 +27,6 @@ RECORD_SNAPSHOTS = """() => {
     if (replies.length) window.snapshots.push(replies[replies.length - 1].textContent);
   }).observe(document.getElementById('transcript'), {childList: true, subtree: true, characterData: true});
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it with apt-get)")
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
 
 
 @dataclass

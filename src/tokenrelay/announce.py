@@ -24,4 +24,4 @@ def announce(host: str, port: int, backends: list[Backend]) -> None:
     url = base_url(host, port)
     where = f"{url}, all interfaces" if host in WILDCARD_HOSTS else url
     log.info("serving %s", describe_models(backends))
-    log.info("listening on %s (playground /, API /v1, metrics /metrics)", where)
+    log.info("listening on %s (playground /, usage /console/usage, API /v1, metrics /metrics)", where)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
-from tokenrelay.console import playground
+from tokenrelay.console import pages
 
 STATIC_PREFIX = "/console/static"
 
 
 def install_console(app: FastAPI) -> None:
     app.mount(STATIC_PREFIX, StaticFiles(packages=[("tokenrelay.console", "static")]), name="console-static")
-    app.include_router(playground.router)
+    app.include_router(pages.router)

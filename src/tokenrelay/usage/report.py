@@ -51,15 +51,16 @@ def _groups(by: GroupBy | None) -> list[Any]:
     return []
 
 
-def _where(query: UsageQuery) -> list[Any]:
-    conditions = []
+def conditions(query: UsageQuery) -> list[Any]:
+    """The ledger rows a query covers (also what the usage series filter by)."""
+    found = []
     if query.key is not None:
-        conditions.append((u.key_id == query.key) | (u.key_name == query.key))
+        found.append((u.key_id == query.key) | (u.key_name == query.key))
     if query.model is not None:
-        conditions.append(u.model == query.model)
+        found.append(u.model == query.model)
     if query.since is not None:
-        conditions.append(u.started_at >= query.since)
-    return conditions
+        found.append(u.started_at >= query.since)
+    return found
 
 
 def _figures(row: Any) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def _label(row: Any, by: GroupBy) -> dict[str, Any]:
 
 async def usage_report(engine: AsyncEngine, query: UsageQuery) -> dict[str, Any]:
     keys = _groups(query.by)
-    where = _where(query)
+    where = conditions(query)
     async with engine.connect() as conn:
         total = (await conn.execute(select(*_measures()).where(*where))).one()
         rows = []

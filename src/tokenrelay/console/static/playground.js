@@ -1,62 +1,11 @@
 // The playground talks to the public OpenAI-compatible API exactly as any client would:
 // GET /v1/models, then POST /v1/chat/completions streamed as server-sent events.
-"use strict";
+import { errorText, KeyPrompt } from "./keyprompt.js";
 
-const KEY_STORE = "tokenrelay.apiKey"; // sessionStorage only: the key dies with the tab
 const $ = (id) => document.getElementById(id);
+const keys = new KeyPrompt("tokenrelay.apiKey"); // sessionStorage only: the key dies with the tab
 const conversation = []; // [{role, content}] sent with every turn
 let running = null; // AbortController of the reply being streamed
-
-// ---- API access, with the tab's key and a prompt for one on 401 ---------------------------------
-
-function authHeaders() {
-  const key = sessionStorage.getItem(KEY_STORE);
-  return key ? { Authorization: `Bearer ${key}` } : {};
-}
-
-async function api(path, init = {}) {
-  for (let asked = false; ; asked = true) {
-    const response = await fetch(path, { ...init, headers: { ...(init.headers || {}), ...authHeaders() } });
-    if (response.status !== 401) return response;
-    const note = asked ? "That key was not accepted." : "";
-    if (!(await askForKey(note))) return response;
-  }
-}
-
-function askForKey(note) {
-  const dialog = $("key-dialog");
-  const input = $("key-input");
-  $("key-note").textContent = note;
-  input.value = "";
-  return new Promise((resolve) => {
-    dialog.addEventListener(
-      "close",
-      () => {
-        const key = input.value.trim();
-        if (dialog.returnValue !== "ok" || !key) return resolve(false);
-        sessionStorage.setItem(KEY_STORE, key);
-        showKeyState();
-        resolve(true);
-      },
-      { once: true },
-    );
-    dialog.showModal();
-    input.focus();
-  });
-}
-
-function showKeyState() {
-  $("key-state").hidden = !sessionStorage.getItem(KEY_STORE);
-}
-
-async function errorText(response) {
-  try {
-    const body = await response.json();
-    return body.error?.message || `HTTP ${response.status}`;
-  } catch {
-    return `HTTP ${response.status}`;
-  }
-}
 
 // ---- Server-sent events over fetch + ReadableStream -------------------------------------------
 
@@ -241,7 +190,7 @@ async function send(text) {
   running = new AbortController();
   setBusy(true);
   try {
-    const response = await api("/v1/chat/completions", {
+    const response = await keys.fetch("/v1/chat/completions", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(requestBody()),
@@ -271,7 +220,7 @@ function setBusy(busy) {
 
 async function loadModels() {
   const select = $("model");
-  const response = await api("/v1/models");
+  const response = await keys.fetch("/v1/models");
   if (!response.ok) {
     select.replaceChildren(new Option("unavailable", ""));
     addMessage("assistant", `Could not list models: ${await errorText(response)}`).classList.add("error");
@@ -308,12 +257,7 @@ function wire() {
     conversation.length = 0;
     $("transcript").replaceChildren();
   });
-  $("forget-key").addEventListener("click", () => {
-    sessionStorage.removeItem(KEY_STORE);
-    showKeyState();
-  });
 }
 
 wire();
-showKeyState();
 loadModels();

@@ -1,0 +1,33 @@
+"""The console's pages: `GET /` (the chat playground) and `GET /console/usage` (usage charts and keys).
+
+The pages themselves hold no data and need no key: their scripts call the API with the key the user gives
+them (the playground the public `/v1` API, the usage page the admin API).
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from fastapi import APIRouter
+from starlette.responses import FileResponse
+
+router = APIRouter(include_in_schema=False)
+
+
+def page_path(name: str) -> Path:
+    return Path(str(files("tokenrelay.console") / "static" / name))
+
+
+def page(name: str) -> FileResponse:
+    return FileResponse(page_path(name), headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/")
+async def playground() -> FileResponse:
+    return page("playground.html")
+
+
+@router.get("/console/usage")
+async def usage() -> FileResponse:
+    return page("usage.html")

@@ -129,15 +129,18 @@ async def run_level(base: str, model: str, concurrency: int, max_tokens: int, ro
         queue.put_nowait(p)
     outs: list[tuple[int, float, str]] = []
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker() -> None:
         while not queue.empty():
-            outs.append(await one(client, model, queue.get_nowait(), max_tokens))
+            # A connection per request: llama_cpp.server drops queued streams that arrive on a reused
+            # keep-alive connection; loopback connects cost nothing next to token generation.
+            async with httpx.AsyncClient(base_url=base, timeout=600) as client:
+                outs.append(await one(client, model, queue.get_nowait(), max_tokens))
 
     async with httpx.AsyncClient(base_url=base, timeout=600) as client:
         await one(client, model, PROMPTS[0], 2)  # warm-up
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
-        seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    seconds = time.perf_counter() - started
     return Result(sum(o[0] for o in outs), seconds, [o[1] for o in outs], [o[2] for o in outs])
 
 

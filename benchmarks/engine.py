@@ -220,7 +220,7 @@ def main() -> None:
     )
     try:
         health = httpx.get(f"http://127.0.0.1:{port}/health").json()["models"]["gemma-3-270m"]
-        print(f"tokenrelay: 16 slots, batch_invariant={health['batch_invariant']}", flush=True)
+        print(f"tokenrelay: 16 slots, kernel invariance probe={health['kernel_invariance_probe']}", flush=True)
         rows.append(bench("tokenrelay", tr, f"http://127.0.0.1:{port}", "gemma-3-270m", args))
         constrained = constrained_report(f"http://127.0.0.1:{port}", "gemma-3-270m")
     finally:

@@ -265,9 +265,19 @@ def test_client_disconnect_stops_generation(server) -> None:
     assert int(re.search(r"prompt_tokens=(\d+)", line).group(1)) > 0
 
 
-def test_concurrent_requests_do_not_corrupt_each_other(client: OpenAI) -> None:
-    prompts = [user(f"Count from {i} to {i + 5}.") for i in range(6)]
-    alone = [greedy(client, p, max_tokens=10).choices[0].message.content for p in prompts]
-    with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        together = list(pool.map(lambda p: greedy(client, p, max_tokens=10).choices[0].message.content, prompts))
-    assert together == alone
+def test_concurrent_requests_do_not_corrupt_each_other(client: OpenAI, server) -> None:
+    """Eight requests decoded in the same steps, each forced (logit_bias +100) to repeat its own word: every
+    reply holds only its own word, the right number of times, and its own usage."""
+    words = ["Hello", "apple", "river", "stone", "cloud", "green", "music", "table"]
+    ids = {w: tokenize(server, w) for w in words}
+    single = [w for w in words if len(ids[w]) == 1]
+    assert len(single) >= 6
+
+    def forced(word: str):
+        return greedy(client, PROMPT, max_tokens=12, logit_bias={str(ids[word][0]): 100})
+
+    with concurrent.futures.ThreadPoolExecutor(len(single)) as pool:
+        replies = list(pool.map(forced, single))
+    for word, reply in zip(single, replies, strict=True):
+        assert reply.choices[0].message.content == word * 12
+        assert reply.usage.completion_tokens == 12

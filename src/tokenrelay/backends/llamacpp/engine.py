@@ -134,7 +134,7 @@ class LlamaCppBackend:
             "busy_slots": self.scheduler.busy_slots,
             "queue_depth": self.scheduler.queue_depth,
             "context_per_slot": self.n_ctx,
-            "batch_invariant": self.scheduler.batch_invariant,
+            "kernel_invariance_probe": self.scheduler.kernels_invariant,
             "steps": stats.steps,
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
 from tokenrelay.backends.llamacpp.context import LlamaContext
-from tokenrelay.backends.llamacpp.invariance import batch_invariant
+from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step
@@ -84,8 +84,8 @@ class Scheduler:
         self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
         self.chunk = settings.prefill_chunk
         self.stats = EngineStats()
-        self.batch_invariant = batch_invariant(model, self.context, settings.slots)
-        if not self.batch_invariant:
+        self.kernels_invariant = kernels_invariant(model, self.context, settings.slots)
+        if not self.kernels_invariant:
             log.warning(
                 "this llama.cpp build is not batch-invariant: greedy outputs may differ when requests share a step "
                 "(build llama-cpp-python with CMAKE_ARGS=-DGGML_LLAMAFILE=OFF and keep repack_weights off)"

@@ -149,13 +149,22 @@ def start_tokenrelay(stack: ExitStack, work: Path, node: Target, key: str, extra
     config = work / "tokenrelay.yaml"
     config.write_text(yaml.safe_dump(settings | {"models": [{"id": "bench", "upstreams": [upstream]}]}))
     log = work / "tokenrelay.log"
-    command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--config", str(config)]
-    command += ["--data-dir", str(work / "tokenrelay-data")]
+    data = ["--data-dir", str(work / "tokenrelay-data")]
     env = {"PYTHONPATH": str(ROOT / "src")}
+    key = key or create_key(data, env)
+    command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--config", str(config), *data]
     stack.enter_context(process(command, log, env))
     target = Target("tokenrelay", f"http://127.0.0.1:{port}/v1/chat/completions", "bench", key)
     wait_until_serving(target, log)
     return target
+
+
+def create_key(data: list[str], env: dict[str, str]) -> str:
+    """A real API key in the gateway's own key store, so the benchmark pays for auth and the ledger."""
+    name = f"bench-{int(time.time())}"
+    command = [sys.executable, "-m", "tokenrelay", "keys", "create", "--name", name, *data]
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env={**os.environ, **env})
+    return out.stdout.strip().splitlines()[-1]
 
 
 def litellm_python(venv: Path) -> Path:
@@ -229,7 +238,7 @@ def main() -> int:
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "tokenrelay-bench")
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument(
-        "--tokenrelay-key", default="sk-bench-client", help="the client key sent to tokenrelay (one it accepts)"
+        "--tokenrelay-key", default=None, help="client key for tokenrelay (default: create one in its key store)"
     )
     parser.add_argument("--tokenrelay-config", type=Path, help="extra YAML merged into the gateway's config")
     args = parser.parse_args()
@@ -256,7 +265,7 @@ def main() -> int:
                     results.append(result)
     print()
     print(f"wrk, {args.seconds} s per cell after a 2 s warm-up, {os.cpu_count()} CPUs; '!' marks a cell with errors")
-    print("tokenrelay as on this branch: one process, default settings, no API keys or ledger configured")
+    print("tokenrelay: one process, default settings, a real API key checked on every request, ledger on (SQLite)")
     print(table(results, [t.name for t in targets]))
     print()
     print("\n".join(verdicts(results)))

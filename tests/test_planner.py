@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, aligned_take, plan_step
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, aligned_take, plan_step, split_passes
 
 CHUNK = 64
 
@@ -34,3 +34,10 @@ def test_chunks_end_on_fixed_boundaries_whatever_the_start() -> None:
 def test_reused_prefixes_are_whole_chunks() -> None:
     assert aligned_prefix(200, CHUNK) == 192
     assert aligned_prefix(63, CHUNK) == 0
+
+
+def test_a_step_is_split_into_passes_of_bounded_sequences() -> None:
+    passes = split_passes(list(range(16)), [(20, 64)], 7)
+    assert passes == [([0, 1, 2, 3, 4, 5], [(20, 64)]), ([6, 7, 8, 9, 10, 11, 12], []), ([13, 14, 15], [])]
+    assert split_passes([0, 1], [], 7) == [([0, 1], [])]
+    assert split_passes([], [(3, 10)], 7) == [([], [(3, 10)])]

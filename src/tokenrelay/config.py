@@ -28,6 +28,11 @@ class EngineSettings(BaseModel):
         default=64, ge=8, le=4096, description="prompt tokens evaluated per step (and the prefix-reuse granularity)"
     )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
+    # 7 makes greedy/seeded output independent of concurrency on this llama.cpp build, but cost 16-27% of the
+    # throughput at 16 streams when measured (README, "Batch invariance"): over the 10% budget, so off by default.
+    seqs_per_pass: int = Field(
+        default=256, ge=2, le=256, description="sequences per llama_decode call; 7 gives exact batch invariance"
+    )
     kv_unified: bool = Field(default=False, description="one KV buffer for all sequences (breaks batch invariance)")
     repack_weights: bool = Field(
         default=False,

@@ -42,3 +42,18 @@ def aligned_prefix(shared: int, chunk: int) -> int:
     """The part of a shared prefix that may be reused: whole chunks only, so the rest is evaluated in the
     same pieces as it would be from scratch."""
     return shared - shared % chunk
+
+
+def split_passes(
+    decode: list[int], prefill: list[tuple[int, int]], per_pass: int
+) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """A step's sequences in compute passes of at most `per_pass` sequences, the prompt chunk in the first.
+
+    Measured with this llama.cpp build: greedy outputs stay identical alone and batched while a pass holds up
+    to 7 sequences, and start to differ at 8 (the CPU kernels change with the number of sequences per pass);
+    `seqs_per_pass: 7` buys exact batch invariance for some throughput.
+    """
+    room = per_pass - len(prefill)
+    passes = [(decode[:room], prefill)]
+    passes += [(decode[i : i + per_pass], []) for i in range(room, len(decode), per_pass)]
+    return passes

@@ -19,7 +19,7 @@ from tokenrelay.backends.llamacpp.context import LlamaContext
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step, split_passes
 from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, log_softmax, logits_row, top_k
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
 from tokenrelay.config import EngineSettings
@@ -216,29 +216,35 @@ class Scheduler:
         decoding = [s.seq_id for s in self.slots if s.seq is not None]
         prefilling = [PrefillNeed(s.seq_id, len(s.cache), len(s.pending)) for s in self._prefill_order()]
         plan = plan_step(decoding, prefilling, self.chunk)
+        self.stats.steps += 1
+        for decode, prefill in split_passes(plan.decode, plan.prefill, self.settings.seqs_per_pass):
+            if not self._pass(decode, prefill):
+                return
+        self.stats.step_seconds += time.perf_counter() - step_started
+
+    def _pass(self, decode: list[int], prefill: list[tuple[int, int]]) -> bool:
+        """One `llama_decode` over some of the step's sequences, then their sampling (logits rows are only
+        valid until the next decode)."""
         batch = self.context.batch
         batch.clear()
         rows: dict[int, int] = {}
-        for seq_id in plan.decode:
+        for seq_id in decode:
             slot = self.slots[seq_id]
             rows[seq_id] = batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)
             slot.cache.append(slot.seq.next_token)
-        chunks: list[tuple[Slot, int, int]] = []
-        for seq_id, take in plan.prefill:
-            chunks.append(self._add_prompt_chunk(self.slots[seq_id], take))
+        chunks = [self._add_prompt_chunk(self.slots[seq_id], take) for seq_id, take in prefill]
         if batch.size == 0:
-            return
+            return True
         decode_started = time.perf_counter()
         if self.context.decode() != 0:
             self._fail_batch()
-            return
+            return False
         self.stats.decode_seconds += time.perf_counter() - decode_started
-        self.stats.steps += 1
         for seq_id, row in rows.items():
             self._sample(self.slots[seq_id], row)
         for slot, first_row, start in chunks:
             self._after_prefill_chunk(slot, first_row, start)
-        self.stats.step_seconds += time.perf_counter() - step_started
+        return True
 
     def _prefill_order(self) -> list[Slot]:
         """Prompts are evaluated first come, first served."""

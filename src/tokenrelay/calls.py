@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tokenrelay.backends.base import Event, Finish, Served, TextDelta, ToolCallDelta, Usage
+from tokenrelay.errors import APIError
 
 if TYPE_CHECKING:
     from tokenrelay.auth.principal import Principal
@@ -104,9 +105,6 @@ def _tokens_in(event: TextDelta | ToolCallDelta) -> int:
     return 1 if event.text else 0
 
 
-Observer = Callable[[Call], None]
-
-
 async def observed(events: AsyncIterator[Event], call: Call, done: Callable[[Call], None]) -> AsyncIterator[Event]:
     """Pass events through, recording them on `call`; report the call exactly once however it ends."""
     try:
@@ -140,8 +138,6 @@ class ClientGone(Exception):
 
 
 def record_failure(call: Call, exc: BaseException) -> None:
-    from tokenrelay.errors import APIError
-
     if isinstance(exc, APIError):
         call.status, call.error = exc.status, exc.code or exc.type
     elif isinstance(exc, ClientGone | GeneratorExit | KeyboardInterrupt | asyncio.CancelledError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -92,7 +92,3 @@ class GenerationRequest(WireModel):
 
     def extra_fields(self) -> list[str]:
         return sorted((self.model_extra or {}).keys())
-
-
-def dump_extras(model: BaseModel) -> dict[str, Any]:
-    return dict(model.model_extra or {})

@@ -28,14 +28,3 @@ def _upgrade(connection: Connection) -> None:
 async def upgrade(engine: AsyncEngine) -> None:
     async with engine.begin() as connection:
         await connection.run_sync(_upgrade)
-
-
-def _current(connection: Connection) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
-    return MigrationContext.configure(connection).get_current_revision()
-
-
-async def current_revision(engine: AsyncEngine) -> str | None:
-    async with engine.connect() as connection:
-        return await connection.run_sync(_current)

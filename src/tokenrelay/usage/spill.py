@@ -16,7 +16,6 @@ from tokenrelay.usage.rows import LedgerEntry
 
 log = logging.getLogger(__name__)
 
-SPILL_NAME = "ledger-spill.jsonl"
 _DATES = ("started_at", "ended_at")
 
 

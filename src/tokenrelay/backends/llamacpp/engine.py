@@ -166,8 +166,7 @@ class LlamaCppBackend:
         tokens = prompts.chat_prompt(self.model, self.template, messages, tools)
         limit = request.token_limit
         max_tokens = limit if limit is not None else self.n_ctx - len(tokens)
-        param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
-        self._check(request, len(tokens), max_tokens, "messages", param)
+        self._check(request, len(tokens), max_tokens, "messages")
         top = (request.top_logprobs or 0) if request.logprobs else None
         run = PromptRun(tokens=tokens, first_index=0)
         events = self._generate(request, [run], max_tokens, top, request.choices, None, output.grammar)
@@ -181,7 +180,7 @@ class LlamaCppBackend:
         runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
         max_tokens = request.max_tokens if request.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
         for run in runs:
-            self._check(request, len(run.tokens), max_tokens, "prompt", "max_tokens")
+            self._check(request, len(run.tokens), max_tokens, "prompt")
         if request.candidates > self.engine_settings.slots:
             raise InvalidRequest(
                 f"best_of may be at most {self.engine_settings.slots} for this model.", param="best_of"
@@ -204,13 +203,11 @@ class LlamaCppBackend:
         skip = 1 if isinstance(prompt, str) and bos is not None and tokens[0] == bos else 0
         return PromptRun(tokens=tokens, first_index=first, echo_text=echo if request.echo else None, echo_from=skip)
 
-    def _check(self, request: GenerationRequest, n_prompt: int, max_tokens: int, prompt_param: str, param: str) -> None:
+    def _check(self, request: GenerationRequest, n_prompt: int, max_tokens: int, prompt_param: str) -> None:
         prompts.check_context(n_prompt, max_tokens, self.n_ctx, prompt_param)
         prompts.check_logit_bias(self.model, request)
         if request.choices > self.engine_settings.slots:
             raise InvalidRequest(f"n may be at most {self.engine_settings.slots} for this model.", param="n")
-        if max_tokens < 0:
-            raise InvalidRequest("max_tokens must not be negative.", param=param)
 
     # Generation ---------------------------------------------------------------------------------
     def _plans(

@@ -68,13 +68,11 @@ def kernels_invariant(model: LlamaModel, context: LlamaContext, slots: int) -> b
             first, _ = _greedy(context, model, _run(context, _prompt_rows(prompts[seq], seq))[-1])
             others.append((first, len(prompts[seq]), seq))
         rows = _run(context, _prompt_rows(prompts[0], 0) + [(t, p, s, True) for t, p, s in others])
-        token, logits = _greedy(context, model, rows[len(prompts[0]) - 1])
+        rows = rows[len(prompts[0]) - 1 :]  # from here on: rows[0] is the probed sequence, rows[1:] the others
+        token, logits = _greedy(context, model, rows[0])
         together = [logits]
         for step in range(PROBE_STEPS):
-            others = [
-                (_greedy(context, model, r)[0], p + 1, s)
-                for r, (_, p, s) in zip(rows[len(prompts[0]) :] if step == 0 else rows[1:], others, strict=True)
-            ]
+            others = [(_greedy(context, model, r)[0], p + 1, s) for r, (_, p, s) in zip(rows[1:], others, strict=True)]
             rows = _run(context, [(token, len(prompts[0]) + step, 0, True)] + [(t, p, s, True) for t, p, s in others])
             token, logits = _greedy(context, model, rows[0])
             together.append(logits)

@@ -61,7 +61,6 @@ class EngineStats:
     steps: int = 0
     prompt_tokens_evaluated: int = 0
     tokens_generated: int = 0
-    jobs_done: int = 0
     decode_seconds: float = 0.0  # inside llama_decode
     step_seconds: float = 0.0  # whole steps (decode + batching + sampling + text)
 
@@ -158,7 +157,7 @@ class Scheduler:
 
     def _receive(self, block: bool) -> None:
         try:
-            job = self._inbox.get(block=block and not self._waiting, timeout=None)
+            job = self._inbox.get(block=block and not self._waiting)
             while True:
                 if job is not None:
                     self._waiting.append(job)
@@ -363,7 +362,6 @@ class Scheduler:
         job = seq.job
         job.running -= 1
         if job.running == 0:
-            self.stats.jobs_done += 1
             self._sink(job, JobDone(len(job.prompt), job.completion_tokens, job.cached_tokens))
 
     def _release(self, slot: Slot) -> None:

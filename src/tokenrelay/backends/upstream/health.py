@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -65,10 +65,8 @@ class ProbeHealth:
     unhealthy_after: int
     healthy: bool = True  # until probed: a node is trusted, and the breaker still guards it
     failed_probes: int = 0
-    last_probe: float | None = field(default=None)
 
     def record(self, ok: bool) -> None:
-        self.last_probe = time.monotonic()
         if ok:
             self.failed_probes, self.healthy = 0, True
             return

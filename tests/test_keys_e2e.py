@@ -173,6 +173,17 @@ def test_key_limited_to_other_models(deployment: Deployment) -> None:
     assert complete(allowed).usage.completion_tokens == 2
 
 
+def test_tokenizer_endpoints_need_a_key_for_the_model(deployment: Deployment) -> None:
+    body = {"model": DEFAULT_MODEL, "prompt": "Hello"}
+    with deployment.http() as http:
+        assert http.post("/tokenize", json=body).json()["error"]["code"] == "invalid_api_key"
+        assert http.post("/detokenize", json={"model": DEFAULT_MODEL, "tokens": [2]}).status_code == 401
+    with deployment.http("other-models") as http:
+        assert http.post("/tokenize", json=body).json()["error"]["code"] == "model_not_found"
+    with deployment.http("this-model") as http:
+        assert http.post("/tokenize", json=body).json()["count"] == 1
+
+
 def test_admin_endpoints_need_an_admin_key(deployment: Deployment) -> None:
     with deployment.http() as anonymous:
         assert anonymous.get("/admin/keys").status_code == 401

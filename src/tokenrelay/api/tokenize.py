@@ -9,8 +9,9 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 from starlette.responses import JSONResponse
 
+from tokenrelay.api.models import caller
 from tokenrelay.api.parsing import validate_json
-from tokenrelay.errors import InvalidRequest
+from tokenrelay.errors import InvalidRequest, ModelNotFound
 from tokenrelay.protocol.common import WireModel
 
 router = APIRouter()
@@ -28,6 +29,8 @@ class DetokenizeRequest(WireModel):
 
 
 def _tokenizer(request: Request, model: str) -> Any:
+    if not caller(request).may_use(model):
+        raise ModelNotFound(model)
     backend = request.app.state.services.registry.get(model)
     if not hasattr(backend, "tokenize"):
         raise InvalidRequest(f"The model `{model}` is served by a backend without a local tokenizer.", param="model")

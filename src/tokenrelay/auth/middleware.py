@@ -1,4 +1,4 @@
-"""Every `/v1` request is authenticated here, before any route runs or any body is read.
+"""Every `/v1` request (and the tokenizer endpoints) is authenticated here, before any route runs or any body is read.
 
 A plain ASGI middleware, so it covers every `/v1` path (unknown ones too: a caller without a key learns
 nothing about which paths exist) and streams pass through untouched.
@@ -12,10 +12,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tokenrelay.errors import APIError, error_response
 
 PROTECTED = "/v1"
+# The tokenizer endpoints sit beside /v1 (as in llama.cpp's and vLLM's servers) but expose the models too.
+ALSO_PROTECTED = frozenset({"/tokenize", "/detokenize"})
 
 
 def protected(path: str) -> bool:
-    return path == PROTECTED or path.startswith(PROTECTED + "/")
+    return path == PROTECTED or path.startswith(PROTECTED + "/") or path in ALSO_PROTECTED
 
 
 class KeyAuthMiddleware:

@@ -6,7 +6,7 @@ tokens/s, time to first token p50/p99 and resident memory side by side, plus how
 concurrency equal the same request run alone (batch invariance), and constrained decoding speed as a fraction
 of unconstrained (`constrained.py`).
 
-    python benchmarks/engine.py [--max-tokens 48] [--rounds 2]
+    python benchmarks/engine.py [--max-tokens 48] [--rounds 2] [--trials 3] [--seqs-per-pass 7]
 """
 
 from __future__ import annotations
@@ -159,26 +159,42 @@ async def greedy_texts(base: str, model: str, concurrency: int, max_tokens: int)
     return [o[2] for o in outs]
 
 
-def bench(name: str, process: subprocess.Popen[bytes], base: str, model: str, args: argparse.Namespace) -> dict:
-    row: dict = {"server": name}
-    for level in (1, 4, 16):
-        # llama_cpp.server drops streams that queue behind another one, so beyond one client it is driven
-        # with non-streamed requests (its "ttft" is then the whole latency, an upper bound).
-        stream = name.startswith("tokenrelay") or level == 1
-        result = asyncio.run(run_level(base, model, level, args.max_tokens, args.rounds, stream))
-        row[level] = result
-        print(
-            f"  {name:<22} c={level:<3} {result.tok_s:7.1f} tok/s  ttft p50 {pct(result.ttfts, 0.5):7.0f} ms"
-            f"  p99 {pct(result.ttfts, 0.99):7.0f} ms  rss {rss_mib(process.pid):6.0f} MiB",
-            flush=True,
-        )
-    row["rss"] = rss_mib(process.pid)
-    if name.startswith("tokenrelay"):
-        alone = [asyncio.run(greedy_texts(base, model, 1, args.max_tokens))[0]]
-        alone += [asyncio.run(one_alone(base, model, p, args.max_tokens)) for p in PROMPTS[1:16]]
-        together = asyncio.run(greedy_texts(base, model, 16, args.max_tokens))
-        row["identical"] = sum(a == b for a, b in zip(alone, together, strict=True))
-    return row
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    base: str
+    model: str
+    runs: dict[int, list[Result]]
+
+
+def trial(server: Server, level: int, args: argparse.Namespace) -> Result:
+    # llama_cpp.server drops streams that queue behind another one, so beyond one client it is driven
+    # with non-streamed requests (its "ttft" is then the whole latency, an upper bound).
+    stream = server.name.startswith("tokenrelay") or level == 1
+    result = asyncio.run(run_level(server.base, server.model, level, args.max_tokens, args.rounds, stream))
+    server.runs.setdefault(level, []).append(result)
+    print(
+        f"  {server.name:<18} c={level:<3} {result.tok_s:7.1f} tok/s  ttft p50 {pct(result.ttfts, 0.5):7.0f} ms"
+        f"  p99 {pct(result.ttfts, 0.99):7.0f} ms  rss {rss_mib(server.process.pid):6.0f} MiB",
+        flush=True,
+    )
+    return result
+
+
+def median_tok_s(server: Server, level: int) -> float:
+    return statistics.median(r.tok_s for r in server.runs[level])
+
+
+def pooled_ttfts(server: Server, level: int) -> list[float]:
+    return [t for r in server.runs[level] for t in r.ttfts]
+
+
+def identical_outputs(server: Server, max_tokens: int) -> int:
+    """How many of 16 greedy completions run together equal the same request run alone."""
+    alone = [asyncio.run(one_alone(server.base, server.model, p, max_tokens)) for p in PROMPTS[:16]]
+    together = asyncio.run(greedy_texts(server.base, server.model, 16, max_tokens))
+    return sum(a == b for a, b in zip(alone, together, strict=True))
 
 
 async def one_alone(base: str, model: str, prompt: str, max_tokens: int) -> str:
@@ -189,85 +205,76 @@ async def one_alone(base: str, model: str, prompt: str, max_tokens: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--rounds", type=int, default=2, help="requests per client at each concurrency level")
+    parser.add_argument("--rounds", type=int, default=2, help="requests per client in one trial")
+    parser.add_argument("--trials", type=int, default=3, help="alternating trials per server and level (medians)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--seqs-per-pass", type=int, default=None, help="tokenrelay's --seqs-per-pass")
     args = parser.parse_args()
     data = shared_data_dir()
     gguf = ensure_default_model(data)
     logs = Path(tempfile.mkdtemp(prefix="bench-engine-"))
-    rows = []
-
-    port = free_port()
-    tr = start(
-        [
-            sys.executable,
-            "-m",
-            "tokenrelay",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data),
-            "--slots",
-            "16",
-            "--ctx-size",
-            "512",
-            "--threads",
-            str(args.threads),
-        ],
-        port,
-        logs / "tokenrelay.log",
-    )
+    servers: list[Server] = []
     try:
-        health = httpx.get(f"http://127.0.0.1:{port}/health").json()["models"]["gemma-3-270m"]
-        print(f"tokenrelay: 16 slots, kernel invariance probe={health['kernel_invariance_probe']}", flush=True)
-        rows.append(bench("tokenrelay", tr, f"http://127.0.0.1:{port}", "gemma-3-270m", args))
-        constrained = constrained_report(f"http://127.0.0.1:{port}", "gemma-3-270m")
+        servers.append(start_tokenrelay(data, logs, args))
+        servers.append(start_llama_cpp_server(gguf, logs, args))
+        # Both servers stay up and take turns, trial by trial: load from elsewhere on a shared machine
+        # then falls on both alike, and the medians compare like with like.
+        for level in (1, 4, 16):
+            for _ in range(args.trials):
+                for server in servers:
+                    trial(server, level, args)
+        tokenrelay = servers[0]
+        identical = identical_outputs(tokenrelay, args.max_tokens)
+        constrained = constrained_report(tokenrelay.base, tokenrelay.model)
+        report(servers, identical, constrained)
     finally:
-        tr.terminate()
-        tr.wait()
+        for server in servers:
+            server.process.terminate()
+            server.process.wait()
 
+
+def start_tokenrelay(data: Path, logs: Path, args: argparse.Namespace) -> Server:
     port = free_port()
-    lc = start(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(gguf),
-            "--port",
-            str(port),
-            "--n_ctx",
-            "2048",
-            "--n_threads",
-            str(args.threads),
-            "--n_threads_batch",
-            str(args.threads),
-        ],
-        port,
-        logs / "llama_cpp_server.log",
-    )
-    try:
-        rows.append(bench("llama_cpp.server", lc, f"http://127.0.0.1:{port}", str(gguf), args))
-    finally:
-        lc.terminate()
-        lc.wait()
+    command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--data-dir", str(data)]
+    command += ["--slots", "16", "--ctx-size", "512", "--threads", str(args.threads)]
+    if args.seqs_per_pass is not None:
+        command += ["--seqs-per-pass", str(args.seqs_per_pass)]
+    process = start(command, port, logs / "tokenrelay.log")
+    base = f"http://127.0.0.1:{port}"
+    health = httpx.get(f"{base}/health").json()["models"]["gemma-3-270m"]
+    print(f"tokenrelay: 16 slots, kernel invariance probe={health['kernel_invariance_probe']}", flush=True)
+    return Server("tokenrelay", process, base, "gemma-3-270m", {})
 
+
+def start_llama_cpp_server(gguf: Path, logs: Path, args: argparse.Namespace) -> Server:
+    port = free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--port", str(port)]
+    command += ["--n_ctx", "2048", "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads)]
+    process = start(command, port, logs / "llama_cpp_server.log")
+    return Server("llama_cpp.server", process, f"http://127.0.0.1:{port}", str(gguf), {})
+
+
+def report(servers: list[Server], identical: int, constrained: list[str]) -> None:
     print(
-        f"\n{'':<20}"
+        f"\nmedians of {len(servers[0].runs[1])} alternating trials; ttft percentiles over all trials\n{'':<20}"
         + "".join(f"{'c=' + str(c) + ' tok/s':>14}{'ttft p50':>10}{'p99':>8}" for c in (1, 4, 16))
         + f"{'RSS MiB':>9}"
     )
-    for row in rows:
+    for server in servers:
         cells = "".join(
-            f"{row[c].tok_s:>14.1f}{pct(row[c].ttfts, 0.5):>10.0f}{pct(row[c].ttfts, 0.99):>8.0f}" for c in (1, 4, 16)
+            f"{median_tok_s(server, c):>14.1f}{pct(pooled_ttfts(server, c), 0.5):>10.0f}"
+            f"{pct(pooled_ttfts(server, c), 0.99):>8.0f}"
+            for c in (1, 4, 16)
         )
-        print(f"{row['server']:<20}{cells}{row['rss']:>9.0f}")
-    tr_row, lc_row = rows
-    print(f"\nratio at c=16: {tr_row[16].tok_s / lc_row[16].tok_s:.2f}x (target >= 2.5x)")
-    print(f"ratio at c=1:  {tr_row[1].tok_s / lc_row[1].tok_s:.2f}x (target >= 0.95x)")
-    print(f"greedy outputs identical alone vs 16 concurrent: {tr_row['identical']}/16")
-    print(f"median ttft (ms) tokenrelay c=16: {statistics.median(tr_row[16].ttfts) * 1000:.0f}")
+        print(f"{server.name:<20}{cells}{rss_mib(server.process.pid):>9.0f}")
+    tokenrelay, peer = servers
+    for level, target in ((16, 2.5), (4, None), (1, 0.95)):
+        ratios = [a.tok_s / b.tok_s for a, b in zip(tokenrelay.runs[level], peer.runs[level], strict=True)]
+        goal = f" (target >= {target}x)" if target else ""
+        of_medians = median_tok_s(tokenrelay, level) / median_tok_s(peer, level)
+        trials = ", ".join(f"{r:.2f}" for r in ratios)
+        print(f"ratio at c={level:<2}: {of_medians:.2f}x of medians{goal}; per trial {trials}")
+    print(f"greedy outputs identical alone vs 16 concurrent: {identical}/16")
     print("\n".join(constrained))
 
 

@@ -11,7 +11,7 @@ def test_every_decoding_sequence_gets_a_token_while_a_long_prompt_prefills() -> 
     decoding = [0, 1, 2]
     position, pending, steps = 0, 3000, 0
     while pending:
-        plan = plan_step(decoding, [PrefillNeed(3, position, pending)], CHUNK)
+        plan = plan_step(decoding, [PrefillNeed(3, position, pending)], CHUNK, 256)
         assert plan.decode == decoding  # nobody's stream waits for the prompt
         ((key, take),) = plan.prefill
         assert key == 3 and 0 < take <= CHUNK
@@ -19,9 +19,22 @@ def test_every_decoding_sequence_gets_a_token_while_a_long_prompt_prefills() -> 
     assert steps == -(-3000 // CHUNK)
 
 
-def test_one_prompt_chunk_per_step_first_come_first_served() -> None:
-    plan = plan_step([5], [PrefillNeed(0, 0, 40), PrefillNeed(1, 0, 40)], CHUNK)
-    assert plan.prefill == [(0, 40)]
+def test_short_prompts_share_a_step_up_to_one_chunk_of_tokens_first_come_first_served() -> None:
+    needs = [PrefillNeed(0, 0, 20), PrefillNeed(1, 0, 30), PrefillNeed(2, 0, 20), PrefillNeed(3, 0, 5)]
+    # 20 + 30 fit; the third (20) would pass 64, and the fourth may not overtake it.
+    assert plan_step([5], needs, CHUNK, 256).prefill == [(0, 20), (1, 30)]
+    assert plan_step([5], [PrefillNeed(0, 0, 40), PrefillNeed(1, 0, 40)], CHUNK, 256).prefill == [(0, 40)]
+
+
+def test_a_long_prompt_is_still_one_chunk_per_step_and_pieces_stay_aligned() -> None:
+    plan = plan_step([], [PrefillNeed(0, 10, 500), PrefillNeed(1, 0, 3)], CHUNK, 256)
+    assert plan.prefill == [(0, 54), (1, 3)]  # the piece ends on the boundary; what is left fits
+    assert plan_step([], [PrefillNeed(0, 64, 500), PrefillNeed(1, 0, 3)], CHUNK, 256).prefill == [(0, 64)]
+
+
+def test_prompt_pieces_per_step_are_bounded_by_sequences_per_pass() -> None:
+    needs = [PrefillNeed(i, 0, 2) for i in range(10)]
+    assert len(plan_step([], needs, CHUNK, 7).prefill) == 7
 
 
 def test_chunks_end_on_fixed_boundaries_whatever_the_start() -> None:

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from tokenrelay import __version__
 from tokenrelay.announce import announce
 from tokenrelay.api import admin, admin_nodes, chat, completions, metrics, models, tokenize
+from tokenrelay.api.fastlane import GenerationLane
 from tokenrelay.auth.middleware import KeyAuthMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
@@ -24,7 +25,7 @@ from tokenrelay.services import Services
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings) -> GenerationLane:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = Services(settings)
@@ -48,7 +49,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app)
-    return app
+    return GenerationLane(app)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -1,8 +1,10 @@
 """Which tokens go into the next `llama_decode`: the fairness rule between decoding and prefilling.
 
 Every decoding sequence gets exactly one token in every step, so a stream is never stalled by someone
-else's prompt. Prompts are evaluated first come, first served, one chunk per step, and chunks sit at fixed
-positions (multiples of `chunk` from the start of the prompt). llama.cpp's CPU kernels round differently
+else's prompt. Prompts are evaluated first come, first served, in pieces that sit at fixed positions
+(multiples of `chunk` from the start of the prompt); a step takes at most `chunk` prompt tokens in all, so
+several short prompts share one step (a burst of new requests starts decoding together instead of one per
+step) while a long prompt still costs the running streams at most one chunk of work per step. llama.cpp's CPU kernels round differently
 for different numbers of rows per sequence, so a prompt is evaluated in the same pieces whatever else is
 running: that is what keeps a request's output independent of its neighbours (batch invariance).
 """
@@ -30,11 +32,18 @@ def aligned_take(position: int, pending: int, chunk: int) -> int:
     return min(pending, chunk - position % chunk)
 
 
-def plan_step(decoding: list[int], prefilling: list[PrefillNeed], chunk: int) -> StepPlan:
-    prefill = []
-    if prefilling:
-        head = prefilling[0]
-        prefill.append((head.key, aligned_take(head.position, head.pending, chunk)))
+def plan_step(decoding: list[int], prefilling: list[PrefillNeed], chunk: int, max_pieces: int) -> StepPlan:
+    """One token per decoding sequence, then whole aligned prompt pieces in arrival order while they fit in
+    `chunk` tokens (the first always fits) and `max_pieces` sequences. A piece is never cut further: the
+    same prompt is evaluated in the same pieces whatever else is waiting."""
+    prefill: list[tuple[int, int]] = []
+    budget = chunk
+    for need in prefilling[:max_pieces]:
+        take = aligned_take(need.position, need.pending, chunk)
+        if take > budget:
+            break  # first come, first served: a later, smaller prompt does not overtake
+        prefill.append((need.key, take))
+        budget -= take
     return StepPlan(decode=list(decoding), prefill=prefill)
 
 
@@ -47,7 +56,8 @@ def aligned_prefix(shared: int, chunk: int) -> int:
 def split_passes(
     decode: list[int], prefill: list[tuple[int, int]], per_pass: int
 ) -> list[tuple[list[int], list[tuple[int, int]]]]:
-    """A step's sequences in compute passes of at most `per_pass` sequences, the prompt chunk in the first.
+    """A step's sequences in compute passes of at most `per_pass` sequences, the prompt pieces in the first
+    (`plan_step` gives at most `per_pass` of them).
 
     Measured with this llama.cpp build: greedy outputs stay identical alone and batched while a pass holds up
     to 7 sequences, and start to differ at 8 (the CPU kernels change with the number of sequences per pass);

@@ -214,7 +214,7 @@ class Scheduler:
         step_started = time.perf_counter()
         decoding = [s.seq_id for s in self.slots if s.seq is not None]
         prefilling = [PrefillNeed(s.seq_id, len(s.cache), len(s.pending)) for s in self._prefill_order()]
-        plan = plan_step(decoding, prefilling, self.chunk)
+        plan = plan_step(decoding, prefilling, self.chunk, self.settings.seqs_per_pass)
         self.stats.steps += 1
         for decode, prefill in split_passes(plan.decode, plan.prefill, self.settings.seqs_per_pass):
             if not self._pass(decode, prefill):

@@ -21,6 +21,9 @@ from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings, Upstrea
 from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.metrics import Metrics
 from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.registrations.sealing import KeySeal
+from tokenrelay.registrations.store import NodeStore
+from tokenrelay.registrations.sync import NodeSync
 from tokenrelay.registry import Registry
 from tokenrelay.requestlog import log_call
 
@@ -34,10 +37,13 @@ class Services:
     extras_seen: set[str] = field(default_factory=set)
     metrics: Metrics = field(init=False)
     accounting: Accounting = field(init=False)
+    nodes: NodeSync = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.backend_statuses)
         self.accounting = Accounting(self.settings)
+        store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
+        self.nodes = NodeSync(store, self, self.settings.routing.registry_sync_seconds)
 
     @property
     def verifier(self) -> KeyVerifier:
@@ -50,6 +56,7 @@ class Services:
             backend = self._backend_for(model)
             await backend.start()
             self.registry.add(backend)
+        await self.nodes.start()
 
     def _backend_for(self, model: ModelSettings) -> Backend:
         if not model.upstreams:
@@ -96,6 +103,7 @@ class Services:
         # uvicorn has already waited (bounded by shutdown_timeout) for in-flight requests and cancelled the
         # rest; give the cancelled ones a moment to record themselves before the ledger's final flush.
         await self.accounting.drain(timeout=5.0)
+        await self.nodes.close()
         for backend in self.registry.all():
             await backend.close()
         await self.accounting.close()
@@ -112,7 +120,14 @@ class Services:
         """After parsing: the key may use the model, and its limits can take the request's worst case."""
         if call.principal is not None and not call.principal.may_use(body.model):
             raise ModelNotFound(body.model)
-        call.reservation = await self.accounting.admit(call, body, self.registry.get(body.model))
+        call.reservation = await self.accounting.admit(call, body, await self.backend(body.model))
+
+    async def backend(self, model_id: str) -> Backend:
+        """The backend serving `model_id`; an id this process does not know is first looked up among the
+        registered nodes, since another replica or worker may have registered it a moment ago."""
+        if self.registry.find(model_id) is None:
+            await self.nodes.refresh_for_unknown_model()
+        return self.registry.get(model_id)
 
     def end_call(self, call: Call) -> None:
         if call.reported:

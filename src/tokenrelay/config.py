@@ -137,6 +137,11 @@ class ModelSettings(BaseModel):
     upstreams: list[UpstreamSettings] = Field(default_factory=list)
     routing: RoutingSettings | None = None
 
+    @property
+    def embedded(self) -> bool:
+        """Whether this model runs on the embedded llama.cpp engine (alone or next to nodes)."""
+        return self.path is not None or not self.upstreams
+
     @model_validator(mode="after")
     def _has_a_backend(self) -> ModelSettings:
         if self.path is None and not self.upstreams and self.id != DEFAULT_MODEL_ID:
@@ -175,6 +180,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(default=None, description="sqlite:///path or postgresql://...; default: data dir")
     insecure_no_auth: bool = Field(default=False, description="allow serving without keys on a non-loopback address")
     shutdown_timeout: float = Field(default=30.0, ge=0, description="seconds in-flight requests get on shutdown")
+    workers: int = Field(default=1, ge=1, le=256, description="server processes sharing the port (upstream-only)")
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from tokenrelay.calls import Call
 from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings, UpstreamSettings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.metrics import Metrics
+from tokenrelay.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
@@ -38,9 +40,12 @@ class Services:
     metrics: Metrics = field(init=False)
     accounting: Accounting = field(init=False)
     nodes: NodeSync = field(init=False)
+    worker: int | None = field(init=False)  # this process's pid when it is one of several workers
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.backend_statuses)
+        several = self.settings.workers > 1
+        self.worker = os.getpid() if several else None
+        self.metrics = Metrics(self.backend_statuses, shared_metrics_dir() if several else None)
         self.accounting = Accounting(self.settings)
         store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
         self.nodes = NodeSync(store, self, self.settings.routing.registry_sync_seconds)
@@ -107,6 +112,7 @@ class Services:
         for backend in self.registry.all():
             await backend.close()
         await self.accounting.close()
+        self.metrics.close()
 
     # Call accounting: the seam for the ledger, metrics and request logs -------------------------------
     def begin_call(self, call: Call, request: Request) -> None:
@@ -133,7 +139,7 @@ class Services:
         if call.reported:
             return
         call.reported = True
-        log_call(call)
+        log_call(call, self.worker)
         self.metrics.observe(call)
         self.accounting.end(call)
 

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from accounting_support import create_key, ledger_rows, sqlite_url
-from conftest import ROOT, Server, server_env
+from conftest import ROOT, Server, free_port, server_env
 from gateway_support import (
     SYNC_SECONDS,
     chat,
@@ -122,6 +122,16 @@ def test_an_embedded_model_is_refused_with_several_workers(tmp_path: Path) -> No
         "(each worker would load its own copy); use --workers 1"
     ]
     assert not list(tmp_path.iterdir())  # refused before anything was created
+
+
+def test_a_worker_that_cannot_start_stops_the_supervisor_with_an_error(tmp_path: Path) -> None:
+    with loopback_node() as node:  # no API key exists, so serving beyond loopback is refused by each worker
+        config = gateway_config(tmp_path, node.url)
+        command = [sys.executable, "-m", "tokenrelay", "serve", "--workers", "2", "--config", str(config)]
+        command += ["--host", "0.0.0.0", "--port", str(free_port()), "--data-dir", str(tmp_path)]
+        result = subprocess.run(command, capture_output=True, text=True, env=server_env(), cwd=ROOT, timeout=120)
+    assert result.returncode == 3
+    assert "refusing to serve on 0.0.0.0 without authentication" in result.stderr
 
 
 @dataclass

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import nullcontext
 from datetime import timedelta
@@ -28,6 +31,7 @@ from tokenrelay.store.schema import metadata, reservations, usage
 from tokenrelay.timeutil import parse_expiry, utcnow
 from tokenrelay.usage.ledger import Ledger
 from tokenrelay.usage.rows import entry_for
+from tokenrelay.usage.spill import SpillFiles
 from tokenrelay.usage.writer import write_batch
 
 
@@ -189,7 +193,9 @@ def sqlite_only(tmp_path: Path) -> str:
 def test_ledger_batches_and_flushes_everything_on_close(sqlite_only: str, tmp_path: Path) -> None:
     async def scenario() -> int:
         engine, *_ = await opened(sqlite_only)
-        ledger = Ledger(engine, AccountingSettings(ledger_flush_seconds=60, ledger_batch_size=7), tmp_path / "s.jsonl")
+        ledger = Ledger(
+            engine, AccountingSettings(ledger_flush_seconds=60, ledger_batch_size=7), SpillFiles(tmp_path, "s")
+        )
         await ledger.start()
         for call in _calls(3):
             ledger.record(call)
@@ -209,9 +215,9 @@ def test_ledger_batches_and_flushes_everything_on_close(sqlite_only: str, tmp_pa
     assert run(_count(sqlite_only)) == 22
 
 
-async def _unreachable_ledger(spill: Path) -> None:
+async def _unreachable_ledger(spills: SpillFiles) -> None:
     engine = create_engine(database_url(Settings(database_url="postgresql://nobody@127.0.0.1:1/nowhere")))
-    ledger = Ledger(engine, AccountingSettings(ledger_flush_seconds=0.05), spill)
+    ledger = Ledger(engine, AccountingSettings(ledger_flush_seconds=0.05), spills)
     await ledger.start()  # nothing spilled yet, so nothing to replay
     for call in _calls(5):
         ledger.record(call)
@@ -219,20 +225,31 @@ async def _unreachable_ledger(spill: Path) -> None:
     await engine.dispose()
 
 
+def _exited_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
 def test_rows_the_database_refuses_at_shutdown_are_spilled_and_replayed(sqlite_only: str, tmp_path: Path) -> None:
-    spill = tmp_path / "spill.jsonl"
-    run(_unreachable_ledger(spill))
-    assert len(spill.read_text().splitlines()) == 5
+    # Written by a worker that has exited since; another, still running (our parent), has a file too.
+    exited = SpillFiles(tmp_path, "tag", pid=_exited_pid())
+    running = SpillFiles(tmp_path, "tag", pid=os.getppid())
+    run(_unreachable_ledger(exited))
+    assert len(exited.own.read_text().splitlines()) == 5
+    running.own.write_text(exited.own.read_text())
 
     async def replay() -> None:
         engine, *_ = await opened(sqlite_only)
-        ledger = Ledger(engine, AccountingSettings(), spill)
+        ledger = Ledger(engine, AccountingSettings(), SpillFiles(tmp_path, "tag"))
         await ledger.start()
         await ledger.close()
         await engine.dispose()
 
     run(replay())
-    assert not spill.exists() and run(_count(sqlite_only)) == 5
+    assert not exited.own.exists() and run(_count(sqlite_only)) == 5
+    assert running.own.exists()  # its writer may still be appending: left for a start after it has gone
+    assert sorted(p.name for p in tmp_path.glob("ledger-spill-*")) == [running.own.name]
 
 
 def test_an_unreachable_key_store_is_a_503_not_a_crash() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,26 @@ def test_default_model_when_none_configured() -> None:
 def test_model_id_must_follow_a_model() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--model-id", "x"])
+
+
+def test_workers_receive_the_resolved_settings_secrets_included(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenrelay.workers.handover import ENV, settings_from_env, settings_json
+
+    node = {"url": "http://10.0.0.5:8000/v1", "api_key": "sk-node"}
+    resolved = load_settings(None, {"admin_key": "adm", "workers": 3, "models": [{"id": "big", "upstreams": [node]}]})
+    monkeypatch.setenv(ENV, settings_json(resolved))
+    monkeypatch.setenv("TOKENRELAY_PORT", "9999")  # the worker's environment does not layer over them again
+    received = settings_from_env()
+    assert received.model_dump() == resolved.model_dump() and received.port == 8000 and ENV not in os.environ
+    assert received.models[0].upstreams[0].api_key.get_secret_value() == "sk-node"
+
+
+def test_several_workers_need_upstream_only_models(tmp_path: Path) -> None:
+    from tokenrelay.workers.supervisor import EmbeddedModelsWithWorkers, check_upstream_only
+
+    node = {"url": "http://10.0.0.5:8000/v1"}
+    upstream_only = {"id": "big", "upstreams": [node]}
+    check_upstream_only(load_settings(None, {"workers": 2, "models": [upstream_only]}))
+    mixed = {"id": "mixed", "path": str(tmp_path / "m.gguf"), "upstreams": [node]}
+    with pytest.raises(EmbeddedModelsWithWorkers, match=r"but mixed runs on the embedded llama\.cpp engine"):
+        check_upstream_only(load_settings(None, {"workers": 2, "models": [upstream_only, mixed]}))

@@ -22,6 +22,7 @@ import openai
 import pytest
 import yaml
 
+from accounting_support import sqlite_url
 from conftest import Server, free_port, shared_data_dir, start_server, wait_ready
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from upstream_faultnode import FaultNode, fault_node
@@ -116,7 +117,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             wait_models(llama)
             config = tmp / "gateway.yaml"
             config.write_text(yaml.safe_dump(gateway_config(a, b, llama, fault, gguf)))
-            gateway = start_server(tmp, "--config", str(config))
+            # Its own database: registrations are kept there, and must not reach servers of other tests.
+            gateway = start_server(tmp, "--config", str(config), "--database-url", sqlite_url(tmp))
             started.append(gateway)
             yield Fleet(a, b, llama, fault, gateway)
     finally:

@@ -22,6 +22,7 @@ from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.store.database import create_engine, database_url, redacted
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.usage.ledger import Ledger
+from tokenrelay.usage.spill import SpillFiles
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +50,15 @@ class Accounting:
         self.keys = KeyStore(self.engine)
         self.verifier = KeyVerifier(self.keys, settings)
         self.limiter = Limiter(self.engine)
-        self.ledger = Ledger(self.engine, settings.accounting, self._spill_path())
+        self.ledger = Ledger(self.engine, settings.accounting, self._spill_files())
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._sweeper: asyncio.Task[None] | None = None
 
-    def _spill_path(self) -> Path:
-        # One spill file per database, so rows never replay into another database sharing the data dir.
+    def _spill_files(self) -> SpillFiles:
         tag = hashlib.sha256(redacted(self.url).encode()).hexdigest()[:12]
-        return Path(self.settings.data_dir) / f"ledger-spill-{tag}.jsonl"
+        return SpillFiles(Path(self.settings.data_dir), tag)
 
     async def start(self) -> None:
         log.info("usage ledger and keys in %s", redacted(self.url))

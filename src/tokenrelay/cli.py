@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve on a non-loopback address even though no API key exists",
     )
+    serve.add_argument(
+        "--workers", type=int, help="server processes sharing the port (default 1; upstream-only models)"
+    )
     serve.add_argument("--shutdown-timeout", type=float, help="seconds in-flight requests get on shutdown (default 30)")
     serve.add_argument("--log-format", choices=["text", "json"], help="text (default) or one JSON object per line")
     serve.add_argument(
@@ -97,6 +100,7 @@ SETTING_FLAGS = (
     "api_key",
     "insecure_no_auth",
     "shutdown_timeout",
+    "workers",
 )
 
 
@@ -134,12 +138,28 @@ def merge_models(base: Settings, flags: list[dict[str, Any]]) -> list[dict[str, 
 
 
 def serve(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.workers > 1:
+        return serve_several(settings)
+    return serve_one(settings)
+
+
+def serve_several(settings: Settings) -> int:
+    from tokenrelay.workers.supervisor import EmbeddedModelsWithWorkers, serve_workers
+
+    try:
+        return serve_workers(settings)
+    except EmbeddedModelsWithWorkers as exc:
+        print(f"tokenrelay: {exc}", file=sys.stderr)
+        return 2
+
+
+def serve_one(settings: Settings) -> int:
     import uvicorn
 
     from tokenrelay.app import create_app
 
-    settings = settings_for(args)
-    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     # log_config=None: uvicorn's own loggers go through ours, so `--log-format json` covers them too.
     uvicorn.run(

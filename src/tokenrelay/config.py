@@ -101,6 +101,10 @@ class RoutingSettings(BaseModel):
     health: UpstreamHealth = Field(default_factory=UpstreamHealth)
     affinity: PrefixAffinity = Field(default_factory=PrefixAffinity)
     max_attempts: int = Field(default=3, ge=1, description="nodes tried for one request before giving up")
+    # Read from the top-level `routing:` only: registrations are a property of the server, not of one model.
+    registry_sync_seconds: float = Field(
+        default=2.0, gt=0, description="seconds between reloads of the nodes registered through /admin/nodes"
+    )
 
 
 class AccountingSettings(BaseModel):
@@ -132,6 +136,11 @@ class ModelSettings(BaseModel):
     engine: EngineSettings | None = None
     upstreams: list[UpstreamSettings] = Field(default_factory=list)
     routing: RoutingSettings | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether this model runs on the embedded llama.cpp engine (alone or next to nodes)."""
+        return self.path is not None or not self.upstreams
 
     @model_validator(mode="after")
     def _has_a_backend(self) -> ModelSettings:
@@ -171,6 +180,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(default=None, description="sqlite:///path or postgresql://...; default: data dir")
     insecure_no_auth: bool = Field(default=False, description="allow serving without keys on a non-loopback address")
     shutdown_timeout: float = Field(default=30.0, ge=0, description="seconds in-flight requests get on shutdown")
+    workers: int = Field(default=1, ge=1, le=256, description="server processes sharing the port (upstream-only)")
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
 

@@ -34,5 +34,9 @@ def call_fields(call: Call) -> dict[str, object]:
     }
 
 
-def log_call(call: Call) -> None:
-    log.info("request", extra={"fields": call_fields(call)})
+def log_call(call: Call, worker: int | None = None) -> None:
+    """`worker`: the pid of the process that served the call, when several share the port."""
+    fields = call_fields(call)
+    if worker is not None:
+        fields["worker"] = worker
+    log.info("request", extra={"fields": fields})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,11 @@ from tokenrelay.calls import Call
 from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings, UpstreamSettings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.metrics import Metrics
+from tokenrelay.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.registrations.sealing import KeySeal
+from tokenrelay.registrations.store import NodeStore
+from tokenrelay.registrations.sync import NodeSync
 from tokenrelay.registry import Registry
 from tokenrelay.requestlog import log_call
 
@@ -34,10 +39,16 @@ class Services:
     extras_seen: set[str] = field(default_factory=set)
     metrics: Metrics = field(init=False)
     accounting: Accounting = field(init=False)
+    nodes: NodeSync = field(init=False)
+    worker: int | None = field(init=False)  # this process's pid when it is one of several workers
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.backend_statuses)
+        several = self.settings.workers > 1
+        self.worker = os.getpid() if several else None
+        self.metrics = Metrics(self.backend_statuses, shared_metrics_dir() if several else None)
         self.accounting = Accounting(self.settings)
+        store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
+        self.nodes = NodeSync(store, self, self.settings.routing.registry_sync_seconds)
 
     @property
     def verifier(self) -> KeyVerifier:
@@ -50,6 +61,7 @@ class Services:
             backend = self._backend_for(model)
             await backend.start()
             self.registry.add(backend)
+        await self.nodes.start()
 
     def _backend_for(self, model: ModelSettings) -> Backend:
         if not model.upstreams:
@@ -96,9 +108,11 @@ class Services:
         # uvicorn has already waited (bounded by shutdown_timeout) for in-flight requests and cancelled the
         # rest; give the cancelled ones a moment to record themselves before the ledger's final flush.
         await self.accounting.drain(timeout=5.0)
+        await self.nodes.close()
         for backend in self.registry.all():
             await backend.close()
         await self.accounting.close()
+        self.metrics.close()
 
     # Call accounting: the seam for the ledger, metrics and request logs -------------------------------
     def begin_call(self, call: Call, request: Request) -> None:
@@ -112,13 +126,20 @@ class Services:
         """After parsing: the key may use the model, and its limits can take the request's worst case."""
         if call.principal is not None and not call.principal.may_use(body.model):
             raise ModelNotFound(body.model)
-        call.reservation = await self.accounting.admit(call, body, self.registry.get(body.model))
+        call.reservation = await self.accounting.admit(call, body, await self.backend(body.model))
+
+    async def backend(self, model_id: str) -> Backend:
+        """The backend serving `model_id`; an id this process does not know is first looked up among the
+        registered nodes, since another replica or worker may have registered it a moment ago."""
+        if self.registry.find(model_id) is None:
+            await self.nodes.refresh_for_unknown_model()
+        return self.registry.get(model_id)
 
     def end_call(self, call: Call) -> None:
         if call.reported:
             return
         call.reported = True
-        log_call(call)
+        log_call(call, self.worker)
         self.metrics.observe(call)
         self.accounting.end(call)
 

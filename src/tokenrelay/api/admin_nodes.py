@@ -1,7 +1,10 @@
 """`/admin/nodes`: upstream nodes added and removed at run time (a node registers itself with an admin key).
 
-Registrations live in this process's memory: each replica is told on its own, and a restart forgets them
-(nodes re-register, as they do after their own restarts). Re-registering a name replaces that node.
+Registrations are kept in the database, so every replica and worker serves them and they survive a restart:
+the process that takes a registration or removal applies it at once, the others when a request names a model
+they do not know yet or at their next sync (`routing.registry_sync_seconds`, `registrations.sync`).
+A node's `api_key` is stored encrypted under a key derived from the server's admin key. Re-registering a name
+replaces that node. Nodes of the config file are not registrations: they change with the file only.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from tokenrelay.adminauth import require_admin
 from tokenrelay.api.parsing import validate_json
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import UpstreamSettings
-from tokenrelay.errors import NotFound
+from tokenrelay.errors import InvalidRequest, NotFound
 
 router = APIRouter(prefix="/admin/nodes", dependencies=[Depends(require_admin)])
 
@@ -24,7 +27,7 @@ router = APIRouter(prefix="/admin/nodes", dependencies=[Depends(require_admin)])
 class NodeRegistration(UpstreamSettings):
     """An upstream entry of the config file, plus the model id clients use for it."""
 
-    model_id: str = Field(min_length=1)
+    model_id: str = Field(min_length=1, max_length=256)
 
     def upstream(self) -> UpstreamSettings:
         return UpstreamSettings.model_validate(self.model_dump(exclude={"model_id"}))
@@ -42,6 +45,11 @@ def _listing(backend: RoutedBackend, names: list[str] | None = None) -> list[dic
     ]
 
 
+def _serves(request: Request, model_id: str, name: str) -> bool:
+    backend = request.app.state.services.registry.find(model_id)
+    return isinstance(backend, RoutedBackend) and name in backend.nodes
+
+
 @router.get("")
 async def list_nodes(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [row for b in _routed(request) for row in _listing(b)]})
@@ -50,25 +58,30 @@ async def list_nodes(request: Request) -> JSONResponse:
 @router.post("")
 async def register_node(request: Request) -> JSONResponse:
     registration = validate_json(NodeRegistration, await request.body())
-    backend = await request.app.state.services.routed_backend(registration.model_id)
-    upstream = registration.upstream()
-    replaced = upstream.label in backend.nodes
-    await backend.add_node(upstream)
+    upstream, model_id = registration.upstream(), registration.model_id
+    nodes = request.app.state.services.nodes
+    if upstream.api_key is not None and not nodes.store.seal.available:
+        raise InvalidRequest(
+            "A node with an `api_key` needs the server's admin key (TOKENRELAY_ADMIN_KEY) configured: "
+            "the key is stored encrypted under it.",
+            param="api_key",
+        )
+    if len(upstream.label) > 256:
+        raise InvalidRequest("A node's name may have at most 256 characters.", param="name")
+    replaced = _serves(request, model_id, upstream.label)
+    replaced = await nodes.store.put(model_id, upstream) or replaced
+    await nodes.refresh()
+    backend = request.app.state.services.registry.get(model_id)
     return JSONResponse(_listing(backend, [upstream.label])[0], status_code=200 if replaced else 201)
 
 
 @router.delete("/{name}")
 async def remove_node(name: str, request: Request, model_id: str | None = None) -> Response:
-    """Remove the node `name` from every model it serves, or from `model_id` only."""
-    services = request.app.state.services
-    removed = 0
-    for backend in _routed(request):
-        if model_id not in (None, backend.card.id) or not await backend.remove_node(name):
-            continue
-        removed += 1
-        if backend.dynamic and not backend.nodes:
-            services.registry.remove(backend.card.id)
-            await backend.close()
-    if not removed:
-        raise NotFound(f"No node named {name!r} is registered" + (f" for model {model_id!r}." if model_id else "."))
+    """Remove the registered node `name` from every model it serves, or from `model_id` only."""
+    nodes = request.app.state.services.nodes
+    if not await nodes.store.delete(name, model_id):
+        where = f" for model {model_id!r}" if model_id else ""
+        config_file = "nodes of the config file go only when removed from it"
+        raise NotFound(f"No node named {name!r} is registered{where} ({config_file}).")
+    await nodes.refresh()
     return Response(status_code=204)

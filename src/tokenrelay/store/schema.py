@@ -18,6 +18,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
 )
 
 metadata = MetaData()
@@ -92,4 +93,17 @@ usage = Table(
     Index("ix_usage_started_at", "started_at"),
     Index("ix_usage_key_started", "key_id", "started_at"),
     Index("ix_usage_model_started", "model", "started_at"),
+)
+
+# Upstream nodes registered through `/admin/nodes`, applied by every replica and worker. Nodes of the config
+# file are never here. `settings` is the registration without its `api_key`, which is kept sealed (Fernet).
+registered_nodes = Table(
+    "registered_nodes",
+    metadata,
+    Column("model_id", String(256), primary_key=True),
+    Column("name", String(256), primary_key=True),
+    Column("settings", JSON, nullable=False),
+    Column("api_key_sealed", Text, nullable=True),
+    Column("created_at", DateTime, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
 )

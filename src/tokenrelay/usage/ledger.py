@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tokenrelay.calls import Call
 from tokenrelay.config import AccountingSettings
 from tokenrelay.usage.rows import LedgerEntry, entry_for
-from tokenrelay.usage.spill import read_spill, spill
+from tokenrelay.usage.spill import SpillFiles, read_spill, spill
 from tokenrelay.usage.writer import write_batch
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,10 @@ RETRY_SECONDS = (0.5, 1, 2, 5)
 
 
 class Ledger:
-    def __init__(self, engine: AsyncEngine, settings: AccountingSettings, spill_path: Path) -> None:
+    def __init__(self, engine: AsyncEngine, settings: AccountingSettings, spills: SpillFiles) -> None:
         self.engine = engine
         self.settings = settings
-        self.spill_path = spill_path
+        self.spills = spills
         self.written = 0
         self._pending: deque[LedgerEntry] = deque()
         self._wake = asyncio.Event()
@@ -42,7 +42,7 @@ class Ledger:
     def record(self, call: Call) -> None:
         entry = entry_for(call)
         if self._task is None or self._task.done():
-            spill(self.spill_path, [entry])  # after close(): a straggler still reaches the next start
+            spill(self.spills.own, [entry])  # after close(): a straggler still reaches the next start
             return
         self._pending.append(entry)
         # A row that settles a reservation is written at once (with whatever else is queued by then): until
@@ -55,17 +55,20 @@ class Ledger:
         return len(self._pending)
 
     async def start(self) -> None:
-        await self._replay_spill()
+        await self._replay_spills()
         self._task = asyncio.create_task(self._run(), name="ledger-writer")
 
-    async def _replay_spill(self) -> None:
-        entries = read_spill(self.spill_path)
-        if not entries:
-            return
+    async def _replay_spills(self) -> None:
+        for path in self.spills.left_over():
+            if self.spills.claim(path):
+                await self._replay(self.spills.own)
+
+    async def _replay(self, path: Path) -> None:
+        entries = read_spill(path)
         new = 0
         for start in range(0, len(entries), self.settings.ledger_batch_size):
             new += await write_batch(self.engine, entries[start : start + self.settings.ledger_batch_size])
-        self.spill_path.unlink()
+        path.unlink()
         log.info("ledger: replayed %d spilled row(s) (%d new)", len(entries), new)
 
     async def _run(self) -> None:
@@ -119,5 +122,5 @@ class Ledger:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._pending:
-            spill(self.spill_path, list(self._pending))
+            spill(self.spills.own, list(self._pending))
             self._pending.clear()

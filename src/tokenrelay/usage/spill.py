@@ -1,12 +1,17 @@
 """Rows the database would not take at shutdown go to a JSON-lines file in the data dir, replayed at the next
-start. Replaying is safe to repeat: rows carry their ledger id, so a row already written is skipped."""
+start. Replaying is safe to repeat: rows carry their ledger id, so a row already written is skipped.
+
+Each process spills to a file of its own (its pid in the name), since several workers share a data dir and
+may shut down together. A starting process replays the files of processes that have exited, taking each by
+renaming it to its own name first, so two workers starting together never replay the same file twice.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,3 +52,50 @@ def read_spill(path: Path) -> list[LedgerEntry]:
     if not path.exists():
         return []
     return [_entry(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class SpillFiles:
+    """The spill files of one database in one directory: this process's own, and those left by others."""
+
+    directory: Path
+    tag: str  # one per database, so rows never replay into another database sharing the data dir
+    pid: int = field(default_factory=os.getpid)
+
+    @property
+    def own(self) -> Path:
+        return self.directory / f"ledger-spill-{self.tag}-{self.pid}.jsonl"
+
+    def left_over(self) -> list[Path]:
+        """This process's file (a reused pid's) first, then those of processes no longer running."""
+        found = sorted(self.directory.glob(f"ledger-spill-{self.tag}*.jsonl"))
+        others = [path for path in found if path != self.own and not _running(self._writer(path))]
+        return [self.own, *others] if self.own in found else others
+
+    def claim(self, path: Path) -> bool:
+        """Take a left-over file by renaming it to this process's name; False if another process took it."""
+        if path == self.own:
+            return path.exists()
+        try:
+            path.rename(self.own)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _writer(self, path: Path) -> int | None:
+        """The pid in a spill file's name; None for the one-file-per-database name of earlier versions."""
+        suffix = path.stem.removeprefix(f"ledger-spill-{self.tag}").removeprefix("-")
+        return int(suffix) if suffix.isdigit() else None
+
+
+def _running(pid: int | None) -> bool:
+    """Whether a process that may still be writing its spill file runs."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # running, as another user
+        return True
+    return True

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
-
+from tokenrelay.api.fastlane import GenerationLane
 from tokenrelay.app import create_app
 from tokenrelay.logsetup import configure_logging
 from tokenrelay.workers.handover import settings_from_env
 
 
-def worker_app() -> FastAPI:
+def worker_app() -> GenerationLane:
     settings = settings_from_env()
     configure_logging(settings.log_level, settings.log_format)  # a spawned process starts without our handlers
     return create_app(settings)

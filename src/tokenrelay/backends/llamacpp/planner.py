@@ -4,9 +4,10 @@ Every decoding sequence gets exactly one token in every step, so a stream is nev
 else's prompt. Prompts are evaluated first come, first served, in pieces that sit at fixed positions
 (multiples of `chunk` from the start of the prompt); a step takes at most `chunk` prompt tokens in all, so
 several short prompts share one step (a burst of new requests starts decoding together instead of one per
-step) while a long prompt still costs the running streams at most one chunk of work per step. llama.cpp's CPU kernels round differently
-for different numbers of rows per sequence, so a prompt is evaluated in the same pieces whatever else is
-running: that is what keeps a request's output independent of its neighbours (batch invariance).
+step) while a long prompt still costs the running streams at most one chunk of work per step. llama.cpp's
+CPU kernels round differently for different numbers of rows per sequence, so a prompt is evaluated in the
+same pieces whatever else is running: that is what keeps a request's output independent of its neighbours
+(batch invariance).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Gateway overhead, side by side: a fast mock node called directly, through tokenrelay, and through LiteLLM's proxy.
 
 Run from a checkout: `python benchmarks/gateway.py` (needs `wrk` on PATH: `apt-get install wrk`). It starts
-the mock node (`benchmarks/mock_node.py`), a tokenrelay gateway with one upstream (this checkout's `src`),
+the mock node (`benchmarks/mock_node.py`), tokenrelay gateways with it as their one upstream (this checkout's `src`;
+one process, and `--workers 2`: see --workers),
 and LiteLLM's proxy in its own virtual environment (created on first run under --work-dir, then reused;
 master key set, one worker), all on loopback. Each is loaded with wrk for non-streamed and streamed chat
 completions at concurrency 1 and 64, and the requests/s and p50/p99 latencies are printed side by side.
@@ -142,19 +143,23 @@ def start_mock(stack: ExitStack, work: Path) -> Target:
     return target
 
 
-def start_tokenrelay(stack: ExitStack, work: Path, node: Target, key: str, extra: Path | None) -> Target:
+def start_tokenrelay(
+    stack: ExitStack, work: Path, node: Target, key: str | None, extra: Path | None, workers: int
+) -> Target:
     port = free_port()
+    name = "tokenrelay" if workers == 1 else f"tokenrelay-w{workers}"
     upstream = {"url": node.url.removesuffix("/chat/completions"), "name": "mock", "model": "mock"}
     settings = yaml.safe_load(extra.read_text()) if extra else {}
-    config = work / "tokenrelay.yaml"
+    config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings | {"models": [{"id": "bench", "upstreams": [upstream]}]}))
-    log = work / "tokenrelay.log"
-    data = ["--data-dir", str(work / "tokenrelay-data")]
+    log = work / f"{name}.log"
+    data = ["--data-dir", str(work / f"{name}-data")]
     env = {"PYTHONPATH": str(ROOT / "src")}
     key = key or create_key(data, env)
     command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--config", str(config), *data]
+    command += ["--workers", str(workers)]
     stack.enter_context(process(command, log, env))
-    target = Target("tokenrelay", f"http://127.0.0.1:{port}/v1/chat/completions", "bench", key)
+    target = Target(name, f"http://127.0.0.1:{port}/v1/chat/completions", "bench", key)
     wait_until_serving(target, log)
     return target
 
@@ -216,19 +221,20 @@ def _cells(result: Result | None) -> str:
     return f"{result.rps:>9.0f}{mark:1}{result.p50_ms:>10.2f}{result.p99_ms:>10.2f}"
 
 
-def verdicts(results: list[Result]) -> list[str]:
+def verdicts(results: list[Result], relays: list[str]) -> list[str]:
     by_key = {(r.target, r.stream, r.connections): r for r in results}
     lines = []
-    for stream in (False, True):
-        mode = "stream" if stream else "json"
-        direct, relay = by_key.get(("direct", stream, 1)), by_key.get(("tokenrelay", stream, 1))
-        if direct and relay:
-            lines.append(f"{mode}: tokenrelay adds {relay.p50_ms - direct.p50_ms:.2f} ms at p50 (concurrency 1)")
-        direct, relay, lite = (by_key.get((name, stream, 64)) for name in ("direct", "tokenrelay", "litellm"))
-        if direct and relay:
-            lines.append(f"{mode}: at concurrency 64 tokenrelay serves {relay.rps / direct.rps:.2f}x the direct req/s")
-        if lite and relay:
-            lines.append(f"{mode}: at concurrency 64 tokenrelay serves {relay.rps / lite.rps:.1f}x LiteLLM's req/s")
+    for name in relays:
+        for stream in (False, True):
+            mode = "stream" if stream else "json"
+            direct, relay = by_key.get(("direct", stream, 1)), by_key.get((name, stream, 1))
+            if direct and relay:
+                lines.append(f"{name} {mode}: adds {relay.p50_ms - direct.p50_ms:.2f} ms at p50 (concurrency 1)")
+            direct, relay, lite = (by_key.get((n, stream, 64)) for n in ("direct", name, "litellm"))
+            if direct and relay:
+                lines.append(f"{name} {mode}: at concurrency 64, {relay.rps / direct.rps:.2f}x the direct req/s")
+            if lite and relay:
+                lines.append(f"{name} {mode}: at concurrency 64, {relay.rps / lite.rps:.1f}x LiteLLM's req/s")
     return lines
 
 
@@ -241,6 +247,9 @@ def main() -> int:
         "--tokenrelay-key", default=None, help="client key for tokenrelay (default: create one in its key store)"
     )
     parser.add_argument("--tokenrelay-config", type=Path, help="extra YAML merged into the gateway's config")
+    parser.add_argument(
+        "--workers", default="1,2", help="tokenrelay worker counts to measure, comma-separated (default: 1,2)"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
@@ -249,7 +258,11 @@ def main() -> int:
     results: list[Result] = []
     with ExitStack() as stack:
         node = start_mock(stack, args.work_dir)
-        targets = [node, start_tokenrelay(stack, args.work_dir, node, args.tokenrelay_key, args.tokenrelay_config)]
+        targets = [node]
+        for workers in (int(w) for w in args.workers.split(",")):
+            targets.append(
+                start_tokenrelay(stack, args.work_dir, node, args.tokenrelay_key, args.tokenrelay_config, workers)
+            )
         if not args.skip_litellm:
             targets.append(start_litellm(stack, args.work_dir, args.work_dir / "litellm-venv", node))
         for target in targets:
@@ -265,10 +278,13 @@ def main() -> int:
                     results.append(result)
     print()
     print(f"wrk, {args.seconds} s per cell after a 2 s warm-up, {os.cpu_count()} CPUs; '!' marks a cell with errors")
-    print("tokenrelay: one process, default settings, a real API key checked on every request, ledger on (SQLite)")
+    print(
+        "tokenrelay: default settings (tokenrelay-wN: --workers N), a real API key checked on every request,"
+        " ledger on (SQLite)"
+    )
     print(table(results, [t.name for t in targets]))
     print()
-    print("\n".join(verdicts(results)))
+    print("\n".join(verdicts(results, [t.name for t in targets if t.name.startswith("tokenrelay")])))
     return 0
 
 

@@ -159,18 +159,10 @@ def serve_one(settings: Settings) -> int:
     import uvicorn
 
     from tokenrelay.app import create_app
+    from tokenrelay.serveopts import uvicorn_options
 
     app = create_app(settings)
-    # log_config=None: uvicorn's own loggers go through ours, so `--log-format json` covers them too.
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=settings.shutdown_timeout,
-    )
+    uvicorn.run(app, **uvicorn_options(settings))
     return 0
 
 

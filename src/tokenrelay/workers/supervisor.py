@@ -12,6 +12,7 @@ from uvicorn.supervisors import Multiprocess
 
 from tokenrelay.config import Settings
 from tokenrelay.metrics.multiprocess import metrics_dir_for_workers
+from tokenrelay.serveopts import uvicorn_options
 from tokenrelay.store.opened import opened_database
 from tokenrelay.workers.handover import ENV, settings_json
 
@@ -52,17 +53,7 @@ def serve_workers(settings: Settings) -> int:
 
 
 def supervise(settings: Settings) -> int:
-    config = Config(
-        APP,
-        factory=True,
-        workers=settings.workers,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=settings.shutdown_timeout,
-    )
+    config = Config(APP, factory=True, workers=settings.workers, **uvicorn_options(settings))
     log.info("starting %d workers", settings.workers)
     supervisor = Multiprocess(config, sockets=[config.bind_socket()])
     supervisor.run()

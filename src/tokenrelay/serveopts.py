@@ -1,0 +1,19 @@
+"""The uvicorn options every way of serving shares (one process, or the supervisor of several workers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenrelay.config import Settings
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    # log_config=None: uvicorn's own loggers go through ours, so `--log-format json` covers them too.
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level.lower(),
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": settings.shutdown_timeout,
+    }

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from threaded_http import reply, running
+
 
 class LoopbackNode(ThreadingHTTPServer):
     daemon_threads = True
@@ -95,21 +97,10 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the gateway went away (its client left, or it shut down): a real node stops generating too
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply(self, status, "application/json", json.dumps(body).encode())
 
 
 @contextmanager
 def loopback_node(api_key: str | None = None, pause: float = 0.0) -> Iterator[LoopbackNode]:
-    node = LoopbackNode(api_key, pause)
-    thread = threading.Thread(target=node.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running(LoopbackNode(api_key, pause)) as node:
         yield node
-    finally:
-        node.shutdown()
-        node.server_close()

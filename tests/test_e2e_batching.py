@@ -112,8 +112,8 @@ def test_seeded_sampling_is_reproducible_across_server_processes(server: Server,
 
 
 def test_kernel_invariance_probe_passes(server: Server) -> None:
-    """The start-up probe found a sequence's logits identical alone and beside others for 32 steps (needs the
-    README's llama.cpp build without llamafile kernels; a build with them reports false and this test says so)."""
+    """The start-up probe found a sequence's logits identical alone and beside others for 32 steps (with weight
+    repacking off, as the engine runs by default)."""
     assert status(server)["kernel_invariance_probe"] is True
 
 

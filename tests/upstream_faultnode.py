@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from threaded_http import reply, running
 
 
 class FaultNode(ThreadingHTTPServer):
@@ -51,20 +52,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, "application/json", json.dumps(reply).encode())
 
     def _send(self, status: int, content_type: str, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply(self, status, content_type, data)
 
 
 @contextmanager
 def fault_node() -> Iterator[FaultNode]:
-    node = FaultNode()
-    thread = threading.Thread(target=node.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running(FaultNode()) as node:
         yield node
-    finally:
-        node.shutdown()
-        node.server_close()

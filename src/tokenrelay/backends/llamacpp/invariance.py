@@ -3,8 +3,8 @@
 It is a necessary condition, not a guarantee: with it passing, greedy outputs under real concurrent load
 still diverged from the same requests run alone after some tokens (see README, "Batch invariance").
 
-Whether llama.cpp's CPU kernels are batch-invariant depends on how the library was built (llamafile's
-multi-row GEMM, repacked weights): so instead of assuming, the engine measures it once per context and
+Whether llama.cpp's CPU kernels are batch-invariant depends on how the library was built and set up
+(repacked weights change it): so instead of assuming, the engine measures it once per context and
 reports the answer in `/health` and the log.
 """
 

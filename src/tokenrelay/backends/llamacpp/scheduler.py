@@ -153,7 +153,7 @@ class Scheduler:
         if not self.kernels_invariant:
             log.warning(
                 "this llama.cpp build is not batch-invariant: greedy outputs may differ when requests share a step "
-                "(keep repack_weights off; see README, \"Batch invariance\")"
+                '(keep repack_weights off; see README, "Batch invariance")'
             )
 
     def _abandon_all(self, message: str) -> None:

@@ -122,11 +122,14 @@ class Services:
             raise AuthenticationError("This request was not authenticated.")
         self.accounting.begin(call, principal)
 
-    async def admit(self, call: Call, body: GenerationRequest) -> None:
-        """After parsing: the key may use the model, and its limits can take the request's worst case."""
+    async def admit(self, call: Call, body: GenerationRequest) -> Backend:
+        """After parsing: the key may use the model, and its limits can take the request's worst case.
+        Returns the backend that serves the model."""
         if call.principal is not None and not call.principal.may_use(body.model):
             raise ModelNotFound(body.model)
-        call.reservation = await self.accounting.admit(call, body, await self.backend(body.model))
+        backend = await self.backend(body.model)
+        call.reservation = await self.accounting.admit(call, body, backend)
+        return backend
 
     async def backend(self, model_id: str) -> Backend:
         """The backend serving `model_id`; an id this process does not know is first looked up among the

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 DEFAULT_MODEL_ID = "gemma-3-270m"
@@ -52,6 +52,18 @@ class UpstreamSettings(BaseModel):
     weight: float = Field(default=1.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
     completions_via_chat: bool = Field(default=False, description="serve /v1/completions through the node's chat")
+
+    @field_validator("url")
+    @classmethod
+    def _has_host(cls, url: str) -> str:
+        parts = urlsplit(url)
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+        except ValueError:
+            raise ValueError("the URL's port is not a valid port number") from None
+        if not parts.hostname:
+            raise ValueError("the URL has no host")
+        return url
 
     @property
     def label(self) -> str:

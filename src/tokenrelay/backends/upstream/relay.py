@@ -10,22 +10,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import aiohttp
+from typing import Any
 
 from tokenrelay.backends.base import Event
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
+from tokenrelay.backends.upstream.http1 import ConnectFailed, ReadTimeout, Reply, TransportError
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.wire import usage_of
 from tokenrelay.config import UpstreamTimeouts
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 _MAX_REASON = 300
 Parser = Callable[[dict[str, Any], str], list[Event]]  # (chunk or body, "delta" | "message") → events
 
@@ -42,7 +40,7 @@ class Exchange:
 
 
 class Clock:
-    """The limits of one exchange, as loop-time deadlines."""
+    """The limits of one exchange, as loop-time deadlines (each stage's deadline, capped by the overall one)."""
 
     def __init__(self, timeouts: UpstreamTimeouts) -> None:
         self.timeouts = timeouts
@@ -51,18 +49,13 @@ class Clock:
         self.overall = start + timeouts.overall
         self.first_byte = start + timeouts.first_byte
 
+    def bound(self, deadline: float, what: str) -> tuple[float, str]:
+        if self.overall < deadline:
+            return self.overall, f"{what} (overall limit)"
+        return deadline, what
+
     def next_gap(self) -> float:
         return self.now() + self.timeouts.idle
-
-    async def within(self, deadline: float, work: Awaitable[T], what: str) -> T:
-        """Await `work` until `deadline` (or the overall limit, if that comes first)."""
-        if self.overall < deadline:
-            deadline, what = self.overall, f"{what} (overall limit)"
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await work
-        except TimeoutError:
-            raise NodeFailure(f"timeout {what}") from None
 
 
 async def relay(
@@ -70,58 +63,62 @@ async def relay(
 ) -> AsyncIterator[Event]:
     clock = Clock(timeouts)
     payload = json.dumps(exchange.body, ensure_ascii=False, separators=(",", ":")).encode()
-    deadline = clock.first_byte if exchange.stream else clock.overall
-    response = await clock.within(deadline, _send(client, exchange.path, payload, headers), "waiting for the node")
+    stage = clock.bound(clock.first_byte if exchange.stream else clock.overall, "waiting for the node")
+    response = await _send(client, exchange.path, payload, headers, stage)
     try:
         await _check_status(response, clock)
         if exchange.stream and _is_event_stream(response):
             async for event in _stream_events(response, exchange.parse, clock):
                 yield event
         else:  # a whole body, also when a node ignored `stream`
-            body = await clock.within(clock.overall, _read_json(response), "reading the answer")
+            body = await _read_json(response, clock.bound(clock.overall, "reading the answer"))
             for event in _body_events(body, exchange.parse, "message"):
                 yield event
     finally:
-        # Back to the pool when read to the end; aiohttp closes the connection of a response left mid-way
-        # (client gone, timeout, broken stream), which is also what tells the node to stop generating.
+        # Back to the pool when read to the end; the connection of an answer left mid-way (client gone,
+        # timeout, broken stream) is closed, which is also what tells the node to stop generating.
         response.release()
 
 
-async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+Stage = tuple[float, str]  # a deadline and what is awaited by then (for the failure's reason)
+
+
+async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str], stage: Stage) -> Reply:
     try:
-        return await client.post(path, payload, headers)
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+        return await client.post(path, payload, headers, stage[0])
+    except ConnectFailed as exc:
+        log.info("node connection error: %s", exc)
         raise NodeFailure("connection failed") from None
-    except aiohttp.ClientError as exc:
-        raise _transport_failure(exc) from None
+    except TransportError as exc:
+        raise _transport_failure(exc, stage) from None
 
 
-def _transport_failure(exc: aiohttp.ClientError) -> NodeFailure:
-    log.info("node connection error: %r", exc)
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError):
-        return NodeFailure("connection lost")
-    return NodeFailure(f"transport error ({type(exc).__name__})")
+def _transport_failure(exc: TransportError, stage: Stage) -> NodeFailure:
+    if isinstance(exc, ReadTimeout):
+        return NodeFailure(f"timeout {stage[1]}")
+    log.info("node connection error: %s", exc)
+    return NodeFailure("connection lost")
 
 
-async def _check_status(response: aiohttp.ClientResponse, clock: Clock) -> None:
+async def _check_status(response: Reply, clock: Clock) -> None:
     if 200 <= response.status < 300:
         return
-    content = await clock.within(clock.overall, _read(response), "reading the node's error")
+    content = await _read(response, clock.bound(clock.overall, "reading the node's error"))
     failure = failure_for_status(response.status, content)
     if isinstance(failure, NodeFailure):
         log.warning("node answered %s: %s", response.status, node_error(content, response.status).get("message"))
     raise failure
 
 
-async def _read(response: aiohttp.ClientResponse) -> bytes:
+async def _read(response: Reply, stage: Stage) -> bytes:
     try:
-        return await response.read()
-    except aiohttp.ClientError as exc:
-        raise _transport_failure(exc) from None
+        return await response.read(stage[0])
+    except TransportError as exc:
+        raise _transport_failure(exc, stage) from None
 
 
-async def _read_json(response: aiohttp.ClientResponse) -> dict[str, Any]:
-    content = await _read(response)
+async def _read_json(response: Reply, stage: Stage) -> dict[str, Any]:
+    content = await _read(response, stage)
     try:
         body = json.loads(content)
     except ValueError:
@@ -139,16 +136,15 @@ def _body_events(body: dict[str, Any], parse: Parser, key: str) -> list[Event]:
     return [*events, usage] if usage is not None else events
 
 
-def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
+def _is_event_stream(response: Reply) -> bool:
     return response.content_type == "text/event-stream"
 
 
-async def _stream_events(response: aiohttp.ClientResponse, parse: Parser, clock: Clock) -> AsyncIterator[Event]:
+async def _stream_events(response: Reply, parse: Parser, clock: Clock) -> AsyncIterator[Event]:
     decoder = SSEDecoder()
-    chunks = response.content.iter_any()
-    deadline, what = clock.first_byte, "before the first chunk"
+    stage = clock.bound(clock.first_byte, "before the first chunk")
     while True:
-        chunk = await clock.within(deadline, _next_chunk(chunks), what)
+        chunk = await _next_chunk(response, stage)
         messages = decoder.feed(chunk) if chunk is not None else decoder.close()
         for message in messages:
             if message.data == "[DONE]":
@@ -156,18 +152,18 @@ async def _stream_events(response: aiohttp.ClientResponse, parse: Parser, clock:
                 # wait with it) nor judged: a node that breaks its framing after [DONE] has still answered.
                 # The body's end usually came in the same read, and then the connection is reused.
                 return
-            deadline, what = clock.next_gap(), "between chunks"
+            stage = clock.bound(clock.next_gap(), "between chunks")
             for event in _chunk_events(message, parse):
                 yield event
         if chunk is None:
             return
 
 
-async def _next_chunk(chunks: AsyncIterator[bytes]) -> bytes | None:
+async def _next_chunk(response: Reply, stage: Stage) -> bytes | None:
     try:
-        return await anext(chunks, None)
-    except aiohttp.ClientError as exc:
-        raise _transport_failure(exc) from None
+        return await response.next_piece(stage[0])
+    except TransportError as exc:
+        raise _transport_failure(exc, stage) from None
 
 
 def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:

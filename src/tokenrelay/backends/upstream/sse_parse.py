@@ -1,9 +1,8 @@
 """Server-sent events from a node, decoded from raw byte chunks as they arrive.
 
-Written here rather than taken from a library: the node client is aiohttp (see `client.py`), whose line
-reader caps line length (a chunk with many logprobs can exceed it), and the SSE parser we would otherwise
-use (`httpx-sse`) reads httpx responses only. The format is small: lines end in LF, CRLF or CR; a blank line
-ends an event; `:` starts a comment (keep-alives); only `event` and `data` matter to us.
+Written here rather than taken from a library: the node client is our own (see `http1.py`), and the SSE
+parser we would otherwise use (`httpx-sse`) reads httpx responses only. The format is small: lines end in
+LF, CRLF or CR; a blank line ends an event; `:` starts a comment (keep-alives); only `event` and `data` matter to us.
 """
 
 from __future__ import annotations

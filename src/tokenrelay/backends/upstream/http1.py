@@ -1,0 +1,371 @@
+"""A lean HTTP/1.1 client for nodes: pooled keep-alive connections on asyncio's `Protocol`, parsed by httptools.
+
+Written here because no client library is fast enough for a gateway's hot path. Measured on this machine
+against the benchmark's mock node, one request at a time (benchmarks/node_client.py): aiohttp 3.14 spent
+about three times as long per exchange as this client, most of it in its request and response
+machinery (cookie handling, header multidicts, tracing hooks, payload writers), none of which a gateway
+talking to its own nodes uses. The parsing, the part that must be right (chunked bodies, keep-alive,
+malformed answers), is httptools (llhttp, the parser uvicorn itself serves with); this module only keeps
+the pool, writes the request head and hands the body over as it arrives.
+
+One exchange per connection at a time; a connection goes back to the pool only when its answer was read to
+the end and the node kept it alive, and is closed otherwise (which is also how a node learns that the
+client of an abandoned generation has gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ssl
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlsplit
+
+import httptools
+
+# Idle connections are dropped before common servers drop them (uvicorn, so vLLM and SGLang: 5 s), so a
+# request is not sent down a connection the node is closing.
+KEEPALIVE_SECONDS = 4.0
+# A stream's bytes wait here while the client is slow to take them; past this, the node is asked to pause
+# (TCP's own flow control then holds it back) rather than fill our memory.
+_HIGH_WATER = 256 * 1024
+
+T = TypeVar("T")
+
+
+class TransportError(Exception):
+    """The exchange failed below HTTP: no connection, a dropped one, or bytes that are not HTTP."""
+
+
+class ConnectFailed(TransportError):
+    pass
+
+
+class ConnectionLost(TransportError):
+    pass
+
+
+class ReadTimeout(TransportError):
+    """The deadline the caller gave passed first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a node's URL points: what to connect to and what to put in each request head."""
+
+    host: str
+    port: int
+    tls: bool
+    base_path: str  # the URL's path without its trailing slash, e.g. "/v1"
+    host_header: str
+    basic_auth: str | None  # credentials written into the URL, as an Authorization value
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {parts.scheme}://{parts.hostname or ''}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        host = parts.hostname
+        shown = f"[{host}]" if ":" in host else host
+        default_port = port == (443 if tls else 80)
+        basic = None
+        if parts.username is not None:
+            secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            basic = "Basic " + base64.b64encode(secret).decode()
+        return cls(host, port, tls, parts.path.rstrip("/"), shown if default_port else f"{shown}:{port}", basic)
+
+
+class Reply:
+    """A node's answer: status and headers at once, the body as it arrives."""
+
+    __slots__ = ("_connection", "_done", "_error", "_parts", "_size", "_waiter", "headers", "status")
+
+    def __init__(self, connection: _Connection) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}  # names lower-cased; a repeated header keeps its last value
+        self._connection = connection
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._done = False
+        self._error: TransportError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+    async def read(self, deadline: float | None = None) -> bytes:
+        """The whole body, by `deadline` (loop time) if one is given."""
+        parts = []
+        while (piece := await self.next_piece(deadline)) is not None:
+            parts.append(piece)
+        return b"".join(parts)
+
+    async def next_piece(self, deadline: float | None = None) -> bytes | None:
+        """The bytes that arrived since the last call (waiting for some until `deadline`, loop time, if one is
+        given), or None at the body's end."""
+        while not self._parts:
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await until(self._waiter, deadline)
+            finally:
+                self._waiter = None
+        piece = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        self._parts.clear()
+        self._size = 0
+        self._connection.resume()
+        return piece
+
+    def release(self) -> None:
+        """Done with the answer: the connection goes back to the pool if it can carry another exchange."""
+        self._connection.finish(self, reusable=self._done and self._error is None and not self._parts)
+
+    # Fed by the connection ------------------------------------------------------------------------
+    def _body(self, data: bytes) -> None:
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size > _HIGH_WATER:
+            self._connection.pause()
+        self._wake()
+
+    def _end(self, error: TransportError | None = None) -> None:
+        if not self._done:
+            self._done, self._error = True, error
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection and the exchange on it; httptools calls the `on_*` methods."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.reply: Reply | None = None
+        self.head: asyncio.Future[Reply] | None = None
+        self.keep_alive = False
+        self.closed = False
+        self.idle_since = 0.0
+        self._paused = False
+
+    # The exchange ---------------------------------------------------------------------------------
+    def send(self, data: bytes) -> asyncio.Future[Reply]:
+        assert self.transport is not None
+        self.reply = Reply(self)
+        self.head = asyncio.get_running_loop().create_future()
+        self.keep_alive = False
+        self.transport.write(data)
+        return self.head
+
+    def finish(self, reply: Reply | None, reusable: bool) -> None:
+        if reply is None or reply is not self.reply:
+            return  # released already
+        self.reply = self.head = None
+        if reusable and self.keep_alive and not self.closed:
+            self.resume()
+            self.pool.put(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    # asyncio.Protocol ------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's is not a subclass of asyncio.Transport, so no isinstance check).
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.reply is None:
+            self.close()  # bytes nobody asked for: the connection's framing cannot be trusted any more
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(ConnectionLost(f"the node's answer is not valid HTTP ({exc})"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        reply = self.reply
+        if reply is not None and reply.status and self._read_to_close(reply):
+            reply._end()  # a body without length or chunking ends when the node closes
+        else:
+            self._fail(ConnectionLost("the node closed the connection"))
+
+    @staticmethod
+    def _read_to_close(reply: Reply) -> bool:
+        return "content-length" not in reply.headers and "transfer-encoding" not in reply.headers
+
+    def _fail(self, error: TransportError) -> None:
+        if self.head is not None and not self.head.done():
+            self.head.set_exception(error)
+        elif self.reply is not None:
+            self.reply._end(error)
+
+    # httptools callbacks ---------------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.reply is not None:
+            self.reply.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        reply = self.reply
+        if reply is None:
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (e.g. 100 Continue): the real one follows
+            reply.headers = {}
+            return
+        reply.status = status
+        if self.head is not None and not self.head.done():
+            self.head.set_result(reply)
+
+    def on_body(self, body: bytes) -> None:
+        if self.reply is not None:
+            self.reply._body(body)
+
+    def on_message_complete(self) -> None:
+        reply = self.reply
+        if reply is None or not reply.status:
+            return
+        self.keep_alive = self.parser.should_keep_alive()
+        reply._end()
+
+
+class Pool:
+    """A node's connections: reused most recent first, each dropped after `KEEPALIVE_SECONDS` idle."""
+
+    def __init__(self, url: str, headers: dict[str, str], connect_timeout: float) -> None:
+        self.origin = Origin.parse(url)
+        self.connect_timeout = connect_timeout
+        fixed = {"Host": self.origin.host_header, "Accept-Encoding": "identity", **headers}
+        if self.origin.basic_auth is not None:
+            fixed.setdefault("Authorization", self.origin.basic_auth)
+        self._head_lines = _header_lines(fixed)
+        self._idle: deque[_Connection] = deque()
+        self._ssl = ssl.create_default_context() if self.origin.tls else None
+        self._closed = False
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        deadline: float | None = None,
+    ) -> Reply:
+        """Send a request; returns once the node's status line and headers are in, by `deadline` (loop time)
+        if one is given: connecting counts too.
+
+        A caller that got a `Reply` must `release()` it (in a `finally`), whether or not it read the body."""
+        head = f"{method} {self.origin.base_path}{path} HTTP/1.1\r\n{self._head_lines}"
+        if headers:
+            head += _header_lines(headers)
+        head += f"Content-Length: {len(body)}\r\n\r\n" if method != "GET" else "\r\n"
+        connection = self._idle_connection() or await self._connect(deadline)
+        try:
+            return await until(connection.send(head.encode("latin-1") + body), deadline)
+        except BaseException:
+            connection.finish(connection.reply, reusable=False)
+            raise
+
+    def put(self, connection: _Connection) -> None:
+        if self._closed:
+            connection.close()
+            return
+        connection.idle_since = asyncio.get_running_loop().time()
+        self._idle.append(connection)
+
+    def forget(self, connection: _Connection) -> None:
+        with contextlib.suppress(ValueError):
+            self._idle.remove(connection)
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._idle.pop().close()
+
+    def _idle_connection(self) -> _Connection | None:
+        oldest = asyncio.get_running_loop().time() - KEEPALIVE_SECONDS
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed and connection.idle_since > oldest:
+                return connection
+            connection.close()
+        return None
+
+    async def _connect(self, deadline: float | None) -> _Connection:
+        loop = asyncio.get_running_loop()
+        origin = self.origin
+        limit = loop.time() + self.connect_timeout
+        try:
+            async with asyncio.timeout_at(limit if deadline is None else min(limit, deadline)):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self),
+                    origin.host,
+                    origin.port,
+                    ssl=self._ssl,
+                    server_hostname=origin.host if self._ssl is not None else None,
+                )
+        except TimeoutError:
+            if deadline is not None and deadline < limit:
+                raise ReadTimeout("the deadline passed while connecting") from None
+            raise ConnectFailed("connection timed out") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectFailed(f"connection failed ({type(exc).__name__})") from None
+        return connection
+
+
+async def until(future: asyncio.Future[T], deadline: float | None) -> T:
+    """Await `future`, failing it with `ReadTimeout` at `deadline` (loop time).
+
+    A timer that fails the future rather than `asyncio.timeout`, which cancels the whole task: no
+    cancellation to tell apart from a real one, and about a fifth of the cost (the node answers well within
+    its deadline on nearly every exchange)."""
+    if deadline is None:
+        return await future
+    timer = asyncio.get_running_loop().call_at(deadline, _expire, future)
+    try:
+        return await future
+    finally:
+        timer.cancel()
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(ReadTimeout("the deadline passed"))
+
+
+def _header_lines(headers: dict[str, str]) -> str:
+    lines = []
+    for name, value in headers.items():
+        if any(c in name or c in value for c in "\r\n\0"):
+            raise ValueError(f"header {name!r} holds a line break")
+        lines.append(f"{name}: {value}\r\n")
+    return "".join(lines)

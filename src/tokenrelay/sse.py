@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,18 +13,15 @@ from starlette.types import Receive, Scope, Send
 from tokenrelay.calls import aclose_quietly
 from tokenrelay.disconnect import DisconnectWatch
 from tokenrelay.errors import APIError
+from tokenrelay.jsonbytes import dumps
 
 log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
 
 
-def dumps(body: dict[str, Any]) -> str:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-
-
 def frame(body: dict[str, Any]) -> bytes:
-    return f"data: {dumps(body)}\n\n".encode()
+    return b"data: " + dumps(body) + b"\n\n"
 
 
 async def frames(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

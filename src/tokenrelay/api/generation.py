@@ -15,6 +15,7 @@ from tokenrelay.api.parsing import parse_body
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.calls import Call, ClientGone, current_call, observed, record_failure
 from tokenrelay.disconnect import DisconnectWatch
+from tokenrelay.jsonbytes import dumps
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.render.common import Collected, ResponseMeta, collect
 from tokenrelay.sse import stream_response
@@ -92,6 +93,9 @@ class ReportedResponse(JSONResponse):
     def __init__(self, content: Any, report: Callable[[], None]) -> None:
         super().__init__(content)
         self._report = report
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

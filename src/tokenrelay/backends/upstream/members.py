@@ -6,7 +6,7 @@ Both yield the same events and raise `NodeFailure` when another member might ser
 from __future__ import annotations
 
 import logging
-import uuid
+import re
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Protocol
@@ -160,17 +160,16 @@ class EmbeddedMember:
         return _routing_state(self) | {"engine": self.backend.status()}
 
 
+_UUID = re.compile(r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+
+
 def trace_headers(request_id: str) -> dict[str, str]:
     """The request id for the node's logs, when it is a UUID (ours always are; a client's may not be).
 
     Some nodes refuse any other `X-Request-ID` (llama-cpp-python's server answers 400), so a client's
     free-form id stays with us rather than break the request.
     """
-    try:
-        uuid.UUID(request_id)
-    except ValueError:
-        return {}
-    return {"X-Request-ID": request_id}
+    return {"X-Request-ID": request_id} if _UUID.fullmatch(request_id) else {}
 
 
 def public_url(url: str) -> str:

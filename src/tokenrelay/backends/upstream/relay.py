@@ -21,6 +21,7 @@ from tokenrelay.backends.upstream.http1 import ConnectFailed, ReadTimeout, Reply
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.wire import usage_of
 from tokenrelay.config import UpstreamTimeouts
+from tokenrelay.jsonbytes import dumps
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ async def relay(
     client: NodeClient, exchange: Exchange, headers: dict[str, str], timeouts: UpstreamTimeouts
 ) -> AsyncIterator[Event]:
     clock = Clock(timeouts)
-    payload = json.dumps(exchange.body, ensure_ascii=False, separators=(",", ":")).encode()
+    payload = dumps(exchange.body)
     stage = clock.bound(clock.first_byte if exchange.stream else clock.overall, "waiting for the node")
     response = await _send(client, exchange.path, payload, headers, stage)
     try:

@@ -315,7 +315,9 @@ class Pool:
         oldest = asyncio.get_running_loop().time() - KEEPALIVE_SECONDS
         while self._idle:
             connection = self._idle.pop()
-            if not connection.closed and connection.idle_since > oldest:
+            # `closed` comes with connection_lost; a transport the node has begun to close may precede it.
+            transport = connection.transport
+            if not connection.closed and connection.idle_since > oldest and transport and not transport.is_closing():
                 return connection
             connection.close()
         return None

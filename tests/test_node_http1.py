@@ -21,6 +21,7 @@ pytestmark = [
 ]
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+ServerHandler = Callable[["Server", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class Server:
@@ -30,7 +31,6 @@ class Server:
         self.handler = handler
         self.connections = 0
         self.heads: list[bytes] = []
-        self.closed_by_client = asyncio.Event()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -49,9 +49,7 @@ class Server:
 
 
 @asynccontextmanager
-async def serving(
-    handler: Callable[[Server, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-) -> AsyncIterator[tuple[Server, str]]:
+async def serving(handler: ServerHandler) -> AsyncIterator[tuple[Server, str]]:
     server = Server(lambda r, w: handler(server, r, w))
     listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
@@ -72,6 +70,21 @@ async def keep_alive_json(server: Server, reader: asyncio.StreamReader, writer: 
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
         )
         await writer.drain()
+
+
+def answering(*pieces: bytes, hold_open: bool = False) -> ServerHandler:
+    """A node that reads one request, writes `pieces` (each sent on its own), then closes the connection, or
+    with `hold_open` waits for the client to close it."""
+
+    async def handler(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+        if hold_open:
+            await reader.read()
+
+    return handler
 
 
 async def exchange(pool: Pool, body: bytes = b"{}") -> tuple[int, bytes]:
@@ -138,12 +151,7 @@ async def test_chunked_answer_arrives_piece_by_piece() -> None:
 
 
 async def test_body_read_until_the_node_closes() -> None:
-    async def http10(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"a":')
-        await writer.drain()
-        writer.write(b"1}")
-
+    http10 = answering(b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"a":', b"1}")
     async with serving(http10) as (server, url):
         pool = Pool(url, {}, connect_timeout=2)
         assert await exchange(pool) == (200, b'{"a":1}')
@@ -153,12 +161,7 @@ async def test_body_read_until_the_node_closes() -> None:
 
 
 async def test_connection_close_answer_is_not_reused() -> None:
-    async def closing(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()
-        await reader.read()
-
+    closing = answering(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", hold_open=True)
     async with serving(closing) as (server, url):
         pool = Pool(url, {}, connect_timeout=2)
         assert await exchange(pool) == (200, b"ok")
@@ -168,11 +171,7 @@ async def test_connection_close_answer_is_not_reused() -> None:
 
 
 async def test_node_dropping_the_connection_mid_body_is_a_lost_connection() -> None:
-    async def truncated(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
-        await writer.drain()
-
+    truncated = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
     async with serving(truncated) as (_, url):
         pool = Pool(url, {}, connect_timeout=2)
         with pytest.raises(ConnectionLost):
@@ -181,9 +180,7 @@ async def test_node_dropping_the_connection_mid_body_is_a_lost_connection() -> N
 
 
 async def test_node_closing_before_answering_is_a_lost_connection() -> None:
-    async def hang_up(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-
+    hang_up = answering()
     async with serving(hang_up) as (_, url):
         pool = Pool(url, {}, connect_timeout=2)
         with pytest.raises(ConnectionLost):
@@ -192,12 +189,7 @@ async def test_node_closing_before_answering_is_a_lost_connection() -> None:
 
 
 async def test_bytes_that_are_not_http_are_refused() -> None:
-    async def garbage(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
+    garbage = answering(b"SSH-2.0-OpenSSH_9.2\r\n\r\n", hold_open=True)
     async with serving(garbage) as (_, url):
         pool = Pool(url, {}, connect_timeout=2)
         with pytest.raises(ConnectionLost, match="not valid HTTP"):
@@ -284,11 +276,7 @@ async def test_idle_connections_expire(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_node_closing_an_idle_connection_takes_it_out_of_the_pool() -> None:
-    async def one_exchange(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()  # then close, though the answer said keep-alive
-
+    one_exchange = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # then close, though kept alive
     async with serving(one_exchange) as (server, url):
         pool = Pool(url, {}, connect_timeout=2)
         assert await exchange(pool) == (200, b"ok")

@@ -13,8 +13,8 @@ log = logging.getLogger(__name__)
 
 
 class NodeClient:
-    """One node's connection pool. Reading is timed by the relay (per chunk, keep-alive comments excluded);
-    the pool only times connecting."""
+    """One node's connection pool. The relay sets each stage's deadline (per chunk, keep-alive comments
+    excluded); the pool keeps them, and its own limit on connecting."""
 
     def __init__(self, settings: UpstreamSettings, timeouts: UpstreamTimeouts) -> None:
         headers = {"User-Agent": f"tokenrelay/{__version__}", "Content-Type": "application/json"}

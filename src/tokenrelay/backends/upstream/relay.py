@@ -40,6 +40,9 @@ class Exchange:
         return bool(self.body.get("stream"))
 
 
+Stage = tuple[float, str]  # a deadline and what is awaited by then (for the failure's reason)
+
+
 class Clock:
     """The limits of one exchange, as loop-time deadlines (each stage's deadline, capped by the overall one)."""
 
@@ -50,7 +53,7 @@ class Clock:
         self.overall = start + timeouts.overall
         self.first_byte = start + timeouts.first_byte
 
-    def bound(self, deadline: float, what: str) -> tuple[float, str]:
+    def bound(self, deadline: float, what: str) -> Stage:
         if self.overall < deadline:
             return self.overall, f"{what} (overall limit)"
         return deadline, what
@@ -81,15 +84,9 @@ async def relay(
         response.release()
 
 
-Stage = tuple[float, str]  # a deadline and what is awaited by then (for the failure's reason)
-
-
 async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str], stage: Stage) -> Reply:
     try:
         return await client.post(path, payload, headers, stage[0])
-    except ConnectFailed as exc:
-        log.info("node connection error: %s", exc)
-        raise NodeFailure("connection failed") from None
     except TransportError as exc:
         raise _transport_failure(exc, stage) from None
 
@@ -98,7 +95,7 @@ def _transport_failure(exc: TransportError, stage: Stage) -> NodeFailure:
     if isinstance(exc, ReadTimeout):
         return NodeFailure(f"timeout {stage[1]}")
     log.info("node connection error: %s", exc)
-    return NodeFailure("connection lost")
+    return NodeFailure("connection failed" if isinstance(exc, ConnectFailed) else "connection lost")
 
 
 async def _check_status(response: Reply, clock: Clock) -> None:

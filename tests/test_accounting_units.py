@@ -215,6 +215,37 @@ def test_ledger_batches_and_flushes_everything_on_close(sqlite_only: str, tmp_pa
     assert run(_count(sqlite_only)) == 22
 
 
+def test_ledger_catches_up_with_a_backlog_in_few_transactions(
+    sqlite_only: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that fell behind (rows queue while a slow transaction runs) takes the whole backlog, up to
+    `ledger_max_rows`, in each next transaction rather than a wake-up batch at a time."""
+    sizes: list[int] = []
+
+    async def counted(engine: object, entries: list) -> int:
+        sizes.append(len(entries))
+        await asyncio.sleep(0.05)  # a transaction under load: rows keep arriving while it runs
+        return await write_batch(engine, entries)
+
+    monkeypatch.setattr("tokenrelay.usage.ledger.write_batch", counted)
+
+    async def scenario() -> int:
+        engine, *_ = await opened(sqlite_only)
+        settings = AccountingSettings(ledger_flush_seconds=60, ledger_batch_size=5, ledger_max_rows=40)
+        ledger = Ledger(engine, settings, SpillFiles(tmp_path, "s"))
+        await ledger.start()
+        for call in _calls(100):
+            ledger.record(call)
+        await asyncio.sleep(0.5)
+        await ledger.close()
+        await engine.dispose()
+        return ledger.written
+
+    assert run(scenario()) == 100
+    assert sizes == [40, 40, 20]
+    assert run(_count(sqlite_only)) == 100
+
+
 async def _unreachable_ledger(spills: SpillFiles) -> None:
     engine = create_engine(database_url(Settings(database_url="postgresql://nobody@127.0.0.1:1/nowhere")))
     ledger = Ledger(engine, AccountingSettings(ledger_flush_seconds=0.05), spills)

@@ -128,7 +128,14 @@ class AccountingSettings(BaseModel):
         default=3.0, ge=0, description="how long a verified key is trusted before the database is asked again"
     )
     ledger_flush_seconds: float = Field(default=0.25, gt=0, description="longest a ledger row waits to be written")
-    ledger_batch_size: int = Field(default=200, ge=1, description="rows written in one transaction")
+    ledger_batch_size: int = Field(
+        default=200, ge=1, description="rows queued that have the writer write at once, before the interval is up"
+    )
+    ledger_max_rows: int = Field(
+        default=2000,
+        ge=1,
+        description="most rows in one transaction: a writer that fell behind under load catches up in large ones",
+    )
     reservation_ttl_seconds: float = Field(
         default=3600.0, gt=0, description="a budget reservation older than this is released (its replica died)"
     )

@@ -103,6 +103,13 @@ def test_malformed_bodies(server, raw: bytes) -> None:
     assert_error(post(server, "/v1/chat/completions", raw), 400)
 
 
+def test_a_body_past_the_limit_is_413_and_the_server_goes_on(server) -> None:
+    filler = "x" * (33 << 20)  # past the 32 MiB limit, sent in many ASGI messages
+    big = json.dumps(CHAT | {"messages": [{"role": "user", "content": filler}]})
+    assert_error(post(server, "/v1/chat/completions", big), 413, code="request_too_large")
+    assert post(server, "/v1/chat/completions", CHAT).status_code == 200
+
+
 def test_unknown_fields_are_accepted_and_ignored(server) -> None:
     response = post(server, "/v1/chat/completions", CHAT | {"frobnicate": True, "x_extra": {"a": 1}})
     assert response.status_code == 200

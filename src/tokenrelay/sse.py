@@ -61,14 +61,12 @@ class EventStream(StreamingResponse):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def stream_response(
-    chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None, headers: dict[str, str]
-) -> EventStream:
+async def stream_response(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> EventStream:
     async def body() -> AsyncIterator[bytes]:
         if first is not None:
             yield frame(first)
         async for data in frames(chunks):
             yield data
 
-    stream_headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers}
-    return EventStream(body(), media_type="text/event-stream", headers=stream_headers)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return EventStream(body(), media_type="text/event-stream", headers=headers)

@@ -63,7 +63,7 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         report = services.end_call if body.stream else _later
         events = observed(endpoint.events(backend, body, call.request_id), call, report)
         if body.stream:
-            return await streamed(request, endpoint.chunks(body, meta, events))
+            return await streamed(endpoint.chunks(body, meta, events))
         answer = endpoint.body(body, meta, await collected(request, events))
         return ReportedResponse(answer, report=lambda: services.end_call(call))
     except ClientGone as exc:
@@ -76,11 +76,11 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         raise
 
 
-async def streamed(request: Request, chunks: AsyncIterator[dict[str, Any]]) -> Response:
+async def streamed(chunks: AsyncIterator[dict[str, Any]]) -> Response:
     # Errors raised before the first chunk (validation inside the backend, a full queue) keep their HTTP
     # status; later ones become an SSE error event followed by [DONE].
     first = await anext(chunks, None)
-    return await stream_response(chunks, first, {"X-Request-ID": request.state.request_id})
+    return await stream_response(chunks, first)
 
 
 def _later(call: Call) -> None:

@@ -7,7 +7,9 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from starlette.requests import Request
+from starlette.types import Receive
 
+from tokenrelay.calls import ClientGone
 from tokenrelay.errors import InvalidRequest, from_validation_error
 from tokenrelay.protocol.common import GenerationRequest, WireModel
 
@@ -20,14 +22,30 @@ MAX_BODY_BYTES = 32 << 20
 
 
 async def parse_body(request: Request, model: type[Model], max_n: int) -> Model:
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise InvalidRequest("The request body is too large.", code="request_too_large", status=413)
+    body = await read_body(request.receive)
     if not body.strip():
         raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
     parsed = validate_json(model, body, {"max_n": max_n})
     _note_extras(request, parsed)
     return parsed
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The request body, read straight from ASGI messages (Starlette's `Request.body()` adds an async
+    generator per message) and refused once it passes `MAX_BODY_BYTES`, before the rest is buffered."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        part = message.get("body", b"")
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise InvalidRequest("The request body is too large.", code="request_too_large", status=413)
+        parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None = None) -> Wire:

@@ -14,6 +14,7 @@ from tokenrelay.calls import aclose_quietly
 from tokenrelay.disconnect import DisconnectWatch
 from tokenrelay.errors import APIError
 from tokenrelay.jsonbytes import dumps
+from tokenrelay.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,19 @@ class EventStream(StreamingResponse):
     Starlette's own `__call__` watches for the disconnect with a task group per response on uvicorn (ASGI
     spec 2.3); one watcher task (`DisconnectWatch`) does the same for less."""
 
+    def __init__(self, frames: AsyncIterator[bytes], outbox: Outbox) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(frames, media_type="text/event-stream", headers=headers)
+        self.outbox = outbox
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        frames = self.body_iterator
+        frames, outbox = self.body_iterator, self.outbox
         with DisconnectWatch(receive) as watch:
             try:
                 await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                outbox.attach(send)
                 async for data in frames:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                    await outbox.put(data)
             except asyncio.CancelledError:
                 if not watch.gone():
                     raise
@@ -58,15 +65,14 @@ class EventStream(StreamingResponse):
                 return  # the client went away while we sent
             finally:
                 await aclose_quietly(frames)  # however it ended, the call behind it is reported now
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await outbox.close()
 
 
-async def stream_response(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None) -> EventStream:
+def stream_response(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None, outbox: Outbox) -> EventStream:
     async def body() -> AsyncIterator[bytes]:
         if first is not None:
             yield frame(first)
         async for data in frames(chunks):
             yield data
 
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return EventStream(body(), media_type="text/event-stream", headers=headers)
+    return EventStream(body(), outbox)

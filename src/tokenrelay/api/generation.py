@@ -16,6 +16,7 @@ from tokenrelay.backends.base import Backend, Event
 from tokenrelay.calls import Call, ClientGone, current_call, observed, record_failure
 from tokenrelay.disconnect import DisconnectWatch
 from tokenrelay.jsonbytes import dumps
+from tokenrelay.outbox import Outbox, current_outbox
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.render.common import Collected, ResponseMeta, collect
 from tokenrelay.sse import stream_response
@@ -79,8 +80,10 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
 async def streamed(chunks: AsyncIterator[dict[str, Any]]) -> Response:
     # Errors raised before the first chunk (validation inside the backend, a full queue) keep their HTTP
     # status; later ones become an SSE error event followed by [DONE].
+    outbox = Outbox()
+    current_outbox.set(outbox)  # before the backend starts: a paced producer finds it (see `tokenrelay.outbox`)
     first = await anext(chunks, None)
-    return await stream_response(chunks, first)
+    return stream_response(chunks, first, outbox)
 
 
 def _later(call: Call) -> None:

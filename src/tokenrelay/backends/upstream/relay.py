@@ -22,6 +22,7 @@ from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.wire import usage_of
 from tokenrelay.config import UpstreamTimeouts
 from tokenrelay.jsonbytes import dumps
+from tokenrelay.outbox import current_outbox
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,10 @@ def _is_event_stream(response: Reply) -> bool:
 async def _stream_events(response: Reply, parse: Parser, clock: Clock) -> AsyncIterator[Event]:
     decoder = SSEDecoder()
     stage = clock.bound(clock.first_byte, "before the first chunk")
+    outbox = current_outbox.get()
     while True:
+        if outbox is not None:
+            await outbox.flush()  # what the last read became goes out in one write, before waiting for the next
         chunk = await _next_chunk(response, stage)
         messages = decoder.feed(chunk) if chunk is not None else decoder.close()
         for message in messages:
@@ -151,7 +155,12 @@ async def _stream_events(response: Reply, parse: Parser, clock: Clock) -> AsyncI
                 # The body's end usually came in the same read, and then the connection is reused.
                 return
             stage = clock.bound(clock.next_gap(), "between chunks")
-            for event in _chunk_events(message, parse):
+            events = _chunk_events(message, parse)
+            if events and outbox is not None:
+                # Paced from this node's first event on: before it, a failure passes the request to another
+                # member (possibly the embedded engine, which never flushes), so nothing may be held for it.
+                outbox.paced = True
+            for event in events:
                 yield event
         if chunk is None:
             return

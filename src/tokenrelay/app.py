@@ -19,7 +19,7 @@ from tokenrelay.auth.middleware import KeyAuthMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
-from tokenrelay.heap import freeze_startup_heap
+from tokenrelay.heap import tune_garbage_collector
 from tokenrelay.requestid import RequestIdMiddleware
 from tokenrelay.services import Services
 
@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> GenerationLane:
         try:
             await services.start()
             announce(settings.host, settings.port, services.registry.all())
-            freeze_startup_heap()
+            tune_garbage_collector()
             yield
         finally:
             await services.close()

@@ -11,15 +11,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from threaded_http import reply, running
+from threaded_http import NodeServer, reply, running
 
 
-class LoopbackNode(ThreadingHTTPServer):
-    daemon_threads = True
-
+class LoopbackNode(NodeServer):
     def __init__(self, api_key: str | None = None, pause: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.api_key = api_key

@@ -8,6 +8,16 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TypeVar
 
+
+class NodeServer(ThreadingHTTPServer):
+    """A test node's server: a thread per connection, and a real node's listen backlog (uvicorn's is 2048)
+    rather than socketserver's 5. With a hundred connections opening at once the kernel drops SYNs past
+    the backlog, and each retry waits 1, 3, 7, 15... seconds."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+
 S = TypeVar("S", bound=ThreadingHTTPServer)
 
 

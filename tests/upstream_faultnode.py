@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from threaded_http import reply, running
+from threaded_http import NodeServer, reply, running
 
 
-class FaultNode(ThreadingHTTPServer):
-    daemon_threads = True
-
+class FaultNode(NodeServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.status = 200

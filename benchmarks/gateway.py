@@ -5,7 +5,9 @@ the mock node (`benchmarks/mock_node.py`), tokenrelay gateways with it as their 
 one process, and `--workers 2`: see --workers),
 and LiteLLM's proxy in its own virtual environment (created on first run under --work-dir, then reused;
 master key set, one worker), all on loopback. Each is loaded with wrk for non-streamed and streamed chat
-completions at concurrency 1 and 64, and the requests/s and p50/p99 latencies are printed side by side.
+completions at concurrency 1 and 64, and the requests/s and p50/p99 latencies are printed side by side, with
+the CPU time each target spent per request (its processes' user + system time over the measured run, read
+from /proc: a figure less at the mercy of a shared machine's noise than requests/s).
 Not part of the test run: figures depend on the machine and on whatever else it is doing.
 """
 
@@ -41,6 +43,7 @@ class Target:
     url: str  # .../v1/chat/completions
     model: str
     key: str | None = None
+    pid: int | None = None  # the serving process (its children, the workers, are counted with it)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Result:
     p50_ms: float
     p99_ms: float
     errors: int
+    cpu_us: float | None  # CPU time of the target's processes per request, in microseconds
 
 
 def free_port() -> int:
@@ -102,6 +106,20 @@ def lua_script(target: Target, stream: bool, directory: Path) -> Path:
     return path
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system time of a process and its live children (uvicorn's workers), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # a process that ended while we looked
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # fields[1]: the parent pid
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
 def run_wrk(target: Target, stream: bool, connections: int, seconds: int, directory: Path) -> Result:
     script = lua_script(target, stream, directory)
     threads = min(connections, 2)
@@ -110,7 +128,12 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int, direct
     # A generous per-request timeout, so that a slow gateway is measured as slow rather than as failing.
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s", "--latency"]
     command += ["-s", str(script)]
+    cpu_before = cpu_seconds(target.pid) if target.pid else None
     output = subprocess.run([*command, target.url], capture_output=True, text=True, check=True).stdout
+    requests = int(re.search(r"(\d+) requests in", output).group(1))
+    cpu_us = None
+    if cpu_before is not None and requests:
+        cpu_us = (cpu_seconds(target.pid) - cpu_before) / requests * 1e6
     return Result(
         target=target.name,
         stream=stream,
@@ -119,6 +142,7 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int, direct
         p50_ms=_percentile(output, "50"),
         p99_ms=_percentile(output, "99"),
         errors=_errors(output),
+        cpu_us=cpu_us,
     )
 
 
@@ -137,8 +161,9 @@ def _errors(output: str) -> int:
 def start_mock(stack: ExitStack, work: Path) -> Target:
     port = free_port()
     log = work / "mock-node.log"
-    stack.enter_context(process([sys.executable, str(ROOT / "benchmarks" / "mock_node.py"), "--port", str(port)], log))
-    target = Target("direct", f"http://127.0.0.1:{port}/v1/chat/completions", "mock")
+    mock = [sys.executable, str(ROOT / "benchmarks" / "mock_node.py"), "--port", str(port)]
+    proc = stack.enter_context(process(mock, log))
+    target = Target("direct", f"http://127.0.0.1:{port}/v1/chat/completions", "mock", pid=proc.pid)
     wait_until_serving(target, log)
     return target
 
@@ -158,8 +183,8 @@ def start_tokenrelay(
     key = key or create_key(data, env)
     command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--config", str(config), *data]
     command += ["--workers", str(workers)]
-    stack.enter_context(process(command, log, env))
-    target = Target(name, f"http://127.0.0.1:{port}/v1/chat/completions", "bench", key)
+    proc = stack.enter_context(process(command, log, env))
+    target = Target(name, f"http://127.0.0.1:{port}/v1/chat/completions", "bench", key, proc.pid)
     wait_until_serving(target, log)
     return target
 
@@ -192,8 +217,8 @@ def start_litellm(stack: ExitStack, work: Path, venv: Path, node: Target) -> Tar
     command = [str(venv / "bin" / "litellm"), "--config", str(config), "--port", str(port), "--num_workers", "1"]
     # The cost map is read from the package instead of fetched; no telemetry; quiet logs.
     env = {"LITELLM_MASTER_KEY": MASTER_KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
-    stack.enter_context(process(command, log, env))
-    target = Target("litellm", f"http://127.0.0.1:{port}/v1/chat/completions", "bench", MASTER_KEY)
+    proc = stack.enter_context(process(command, log, env))
+    target = Target("litellm", f"http://127.0.0.1:{port}/v1/chat/completions", "bench", MASTER_KEY, proc.pid)
     wait_until_serving(target, log)
     return target
 
@@ -219,6 +244,20 @@ def _cells(result: Result | None) -> str:
         return f"{'-':>10}{'-':>10}{'-':>10}"
     mark = "!" if result.errors else ""
     return f"{result.rps:>9.0f}{mark:1}{result.p50_ms:>10.2f}{result.p99_ms:>10.2f}"
+
+
+def _cpu(result: Result) -> str:
+    return "-" if result.cpu_us is None else f"{result.cpu_us:.0f}"
+
+
+def cpu_table(results: list[Result], names: list[str]) -> str:
+    by_key = {(r.target, r.stream, r.connections): r for r in results}
+    rows = [f"{'CPU us/request':<18}" + "".join(f"{name:>15}" for name in names)]
+    for stream in (False, True):
+        for connections in (1, 64):
+            cells = "".join(f"{_cpu(by_key[(n, stream, connections)]):>15}" for n in names)
+            rows.append(f"{'stream' if stream else 'json':<10}{connections:>6}  {cells}")
+    return "\n".join(rows)
 
 
 def verdicts(results: list[Result], relays: list[str]) -> list[str]:
@@ -272,7 +311,7 @@ def main() -> int:
                     print(
                         f"  {target.name:<11} {'stream' if stream else 'json':<7} c={connections:<3} "
                         f"{result.rps:9.0f} req/s  p50 {result.p50_ms:8.2f} ms  p99 {result.p99_ms:8.2f} ms"
-                        f"{'  ERRORS ' + str(result.errors) if result.errors else ''}",
+                        f"  cpu {_cpu(result)} us/req{'  ERRORS ' + str(result.errors) if result.errors else ''}",
                         flush=True,
                     )
                     results.append(result)
@@ -283,6 +322,8 @@ def main() -> int:
         " ledger on (SQLite)"
     )
     print(table(results, [t.name for t in targets]))
+    print()
+    print(cpu_table(results, [t.name for t in targets]))
     print()
     print("\n".join(verdicts(results, [t.name for t in targets if t.name.startswith("tokenrelay")])))
     return 0

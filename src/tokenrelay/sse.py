@@ -42,7 +42,8 @@ class EventStream(StreamingResponse):
     """An SSE response that stops (cancelling the generation behind it) as soon as the client disconnects.
 
     Starlette's own `__call__` watches for the disconnect with a task group per response on uvicorn (ASGI
-    spec 2.3); one watcher task (`DisconnectWatch`) does the same for less."""
+    spec 2.3); one watcher task (`DisconnectWatch`) does the same for less. Frames go out through an
+    `Outbox`, which writes a paced producer's frames once per node read (see `tokenrelay.outbox`)."""
 
     def __init__(self, frames: AsyncIterator[bytes], outbox: Outbox) -> None:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

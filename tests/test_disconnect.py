@@ -31,18 +31,25 @@ class Peer:
         self._ended.set()
 
 
-async def test_a_client_leaving_during_the_watch_cancels_the_serving_task() -> None:
-    peer = Peer()
-    outcome: list[str] = []
+def serving(peer: Peer, outcome: list[str]) -> asyncio.Task[None]:
+    """A request's task waiting under a watch; notes whether its cancellation was the client leaving."""
 
     async def serve() -> None:
         with DisconnectWatch(peer.receive) as watch:
             try:
                 await asyncio.sleep(10)
             except asyncio.CancelledError:
-                outcome.append("gone" if watch.gone() else "cancelled")
+                if not watch.gone():
+                    outcome.append("cancelled")
+                    raise
+                outcome.append("gone")
 
-    task = asyncio.ensure_future(serve())
+    return asyncio.create_task(serve())
+
+
+async def test_a_client_leaving_during_the_watch_cancels_the_serving_task() -> None:
+    peer, outcome = Peer(), []
+    task = serving(peer, outcome)
     await asyncio.sleep(0.01)
     peer.leave()
     await asyncio.wait_for(task, 1)
@@ -51,18 +58,8 @@ async def test_a_client_leaving_during_the_watch_cancels_the_serving_task() -> N
 
 
 async def test_a_shutdown_cancellation_is_not_mistaken_for_a_client_leaving() -> None:
-    peer = Peer()
-    outcome: list[str] = []
-
-    async def serve() -> None:
-        with DisconnectWatch(peer.receive) as watch:
-            try:
-                await asyncio.sleep(10)
-            except asyncio.CancelledError:
-                outcome.append("gone" if watch.gone() else "cancelled")
-                raise
-
-    task = asyncio.ensure_future(serve())
+    peer, outcome = Peer(), []
+    task = serving(peer, outcome)
     await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

@@ -216,10 +216,11 @@ def test_ledger_batches_and_flushes_everything_on_close(sqlite_only: str, tmp_pa
 
 
 def test_ledger_catches_up_with_a_backlog_in_few_transactions(
-    sqlite_only: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A writer that fell behind (rows queue while a slow transaction runs) takes the whole backlog, up to
-    `ledger_max_rows`, in each next transaction rather than a wake-up batch at a time."""
+    `ledger_max_rows`, in each next transaction rather than a wake-up batch at a time; both databases take a
+    transaction of the default's size."""
     sizes: list[int] = []
 
     async def counted(engine: object, entries: list) -> int:
@@ -230,20 +231,21 @@ def test_ledger_catches_up_with_a_backlog_in_few_transactions(
     monkeypatch.setattr("tokenrelay.usage.ledger.write_batch", counted)
 
     async def scenario() -> int:
-        engine, *_ = await opened(sqlite_only)
-        settings = AccountingSettings(ledger_flush_seconds=60, ledger_batch_size=5, ledger_max_rows=40)
+        engine, *_ = await opened(url)
+        settings = AccountingSettings(ledger_flush_seconds=60, ledger_batch_size=5)
         ledger = Ledger(engine, settings, SpillFiles(tmp_path, "s"))
         await ledger.start()
-        for call in _calls(100):
+        for call in _calls(settings.ledger_max_rows + 500):
             ledger.record(call)
         await asyncio.sleep(0.5)
         await ledger.close()
         await engine.dispose()
         return ledger.written
 
-    assert run(scenario()) == 100
-    assert sizes == [40, 40, 20]
-    assert run(_count(sqlite_only)) == 100
+    rows = AccountingSettings().ledger_max_rows + 500
+    assert run(scenario()) == rows
+    assert sizes == [rows - 500, 500]
+    assert run(_count(url)) == rows
 
 
 async def _unreachable_ledger(spills: SpillFiles) -> None:

@@ -5,7 +5,8 @@ the mock node (`benchmarks/mock_node.py`), tokenrelay gateways with it as their 
 one process, and `--workers 2`: see --workers),
 and LiteLLM's proxy in its own virtual environment (created on first run under --work-dir, then reused;
 master key set, one worker), all on loopback. Each is loaded with wrk for non-streamed and streamed chat
-completions at concurrency 1 and 64, and the requests/s and p50/p99 latencies are printed side by side, with
+completions at concurrency 1 and 64 (with --rounds N, N times over, the targets taking turns, and each figure
+the median of its N), and the requests/s and p50/p99 latencies are printed side by side, with
 the CPU time each target spent per request (its processes' user + system time over the measured run, read
 from /proc: a figure less at the mercy of a shared machine's noise than requests/s).
 Not part of the test run: figures depend on the machine and on whatever else it is doing.
@@ -19,6 +20,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -246,6 +248,29 @@ def _cells(result: Result | None) -> str:
     return f"{result.rps:>9.0f}{mark:1}{result.p50_ms:>10.2f}{result.p99_ms:>10.2f}"
 
 
+def medians(results: list[Result]) -> list[Result]:
+    """One result per cell: the median of each figure over the rounds (errors summed)."""
+    cells: dict[tuple[str, bool, int], list[Result]] = {}
+    for result in results:
+        cells.setdefault((result.target, result.stream, result.connections), []).append(result)
+    merged = []
+    for (target, stream, connections), rounds in cells.items():
+        cpu = [r.cpu_us for r in rounds if r.cpu_us is not None]
+        merged.append(
+            Result(
+                target=target,
+                stream=stream,
+                connections=connections,
+                rps=statistics.median(r.rps for r in rounds),
+                p50_ms=statistics.median(r.p50_ms for r in rounds),
+                p99_ms=statistics.median(r.p99_ms for r in rounds),
+                errors=sum(r.errors for r in rounds),
+                cpu_us=statistics.median(cpu) if cpu else None,
+            )
+        )
+    return merged
+
+
 def _cpu(result: Result) -> str:
     return "-" if result.cpu_us is None else f"{result.cpu_us:.0f}"
 
@@ -282,6 +307,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=10, help="length of each measured wrk run")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "tokenrelay-bench")
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every cell this many times; report medians")
     parser.add_argument(
         "--tokenrelay-key", default=None, help="client key for tokenrelay (default: create one in its key store)"
     )
@@ -304,7 +330,7 @@ def main() -> int:
             )
         if not args.skip_litellm:
             targets.append(start_litellm(stack, args.work_dir, args.work_dir / "litellm-venv", node))
-        for target in targets:
+        for target in (t for _ in range(args.rounds) for t in targets):
             for stream in (False, True):
                 for connections in (1, 64):
                     result = run_wrk(target, stream, connections, args.seconds, args.work_dir)
@@ -316,7 +342,9 @@ def main() -> int:
                     )
                     results.append(result)
     print()
-    print(f"wrk, {args.seconds} s per cell after a 2 s warm-up, {os.cpu_count()} CPUs; '!' marks a cell with errors")
+    results = medians(results)
+    rounds = f", medians of {args.rounds} rounds" if args.rounds > 1 else ""
+    print(f"wrk, {args.seconds} s per cell after a 2 s warm-up{rounds}, {os.cpu_count()} CPUs; '!' marks errors")
     print(
         "tokenrelay: default settings (tokenrelay-wN: --workers N), a real API key checked on every request,"
         " ledger on (SQLite)"

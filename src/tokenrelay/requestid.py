@@ -35,6 +35,13 @@ def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
     return new_request_id()
 
 
+def assign_request_id(scope: Scope) -> str:
+    """The request's id, kept in its state for the handlers; shared by this middleware and the generation lane."""
+    request_id = request_id_from(scope.get("headers", []))
+    scope.setdefault("state", {})["request_id"] = request_id
+    return request_id
+
+
 class RequestIdMiddleware:
     """Plain ASGI middleware (no BaseHTTPMiddleware) so streaming responses pass through untouched."""
 
@@ -45,8 +52,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = request_id_from(scope.get("headers", []))
-        scope.setdefault("state", {})["request_id"] = request_id
+        request_id = assign_request_id(scope)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -6,7 +6,7 @@ relayed request's CPU in a profile here (py-spy, 64 concurrent clients against a
 nothing these two routes use: they read their own body, validate it with the protocol models and answer
 through `handle`. Every other request (other paths, other methods) goes to the FastAPI app.
 
-The lane does inline what the app's request-id and key-auth middlewares do (the same functions decide),
+The lane does inline what the app's request-id and key-auth middlewares do (with the same functions),
 because a middleware that stamps its header on the way out wraps every `send`: one call per SSE frame.
 Here the header goes on the response object once, before it is sent.
 """
@@ -16,15 +16,16 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from tokenrelay.api.chat import ChatEndpoint
 from tokenrelay.api.completions import CompletionsEndpoint
 from tokenrelay.api.generation import Endpoint, handle
+from tokenrelay.auth.middleware import authenticate
 from tokenrelay.errors import APIError, error_response
-from tokenrelay.requestid import request_id_from
+from tokenrelay.requestid import assign_request_id
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,14 @@ class GenerationLane:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["app"] = self.app  # what Starlette sets: `handle` finds the services there
-        request_id = request_id_from(scope["headers"])
-        scope.setdefault("state", {})["request_id"] = request_id
+        request_id = assign_request_id(scope)
         response = await self._respond(scope, receive)
         response.raw_headers.append((b"x-request-id", request_id.encode("latin-1")))
         await response(scope, receive, send)
 
     async def _respond(self, scope: Scope, receive: Receive) -> Response:
         try:
-            verifier = self.app.state.services.verifier
-            scope["state"]["principal"] = await verifier.authenticate(HTTPConnection(scope))
+            await authenticate(scope)
             return await handle(Request(scope, receive), self.endpoints[scope["path"]])
         except APIError as exc:
             return error_response(exc)

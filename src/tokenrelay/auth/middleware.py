@@ -20,6 +20,14 @@ def protected(path: str) -> bool:
     return path == PROTECTED or path.startswith(PROTECTED + "/") or path in ALSO_PROTECTED
 
 
+async def authenticate(scope: Scope) -> None:
+    """Put the caller's `Principal` in the request state; `APIError` (401, or 503) when there is none.
+    Shared by this middleware and the generation lane (`tokenrelay.api.fastlane`)."""
+    verifier = scope["app"].state.services.verifier
+    principal = await verifier.authenticate(HTTPConnection(scope))
+    scope.setdefault("state", {})["principal"] = principal
+
+
 class KeyAuthMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -28,11 +36,9 @@ class KeyAuthMiddleware:
         if scope["type"] != "http" or not protected(scope["path"]):
             await self.app(scope, receive, send)
             return
-        verifier = scope["app"].state.services.verifier
         try:
-            principal = await verifier.authenticate(HTTPConnection(scope))
+            await authenticate(scope)
         except APIError as exc:
             await error_response(exc)(scope, receive, send)
             return
-        scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)

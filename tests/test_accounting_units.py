@@ -223,10 +223,10 @@ def test_ledger_catches_up_with_a_backlog_in_few_transactions(
     transaction of the default's size."""
     sizes: list[int] = []
 
-    async def counted(engine: object, entries: list) -> int:
+    async def counted(engine: object, entries: list, **options: bool) -> int:
         sizes.append(len(entries))
         await asyncio.sleep(0.05)  # a transaction under load: rows keep arriving while it runs
-        return await write_batch(engine, entries)
+        return await write_batch(engine, entries, **options)
 
     monkeypatch.setattr("tokenrelay.usage.ledger.write_batch", counted)
 
@@ -246,6 +246,51 @@ def test_ledger_catches_up_with_a_backlog_in_few_transactions(
     assert run(scenario()) == rows
     assert sizes == [rows - 500, 500]
     assert run(_count(url)) == rows
+
+
+def test_a_batch_committed_before_its_error_is_settled_once_on_the_retry(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New rows are inserted without asking which are new; a batch whose outcome is unknown (here, it
+    committed and then the connection "failed") is retried asking, so its rows and its settlement count once."""
+    asked: list[bool] = []
+    sizes: list[int] = []
+
+    async def commits_then_fails_once(engine: object, entries: list, *, maybe_written: bool = True) -> int:
+        asked.append(maybe_written)
+        sizes.append(len(entries))
+        written = await write_batch(engine, entries, maybe_written=maybe_written)
+        if len(asked) == 1:
+            raise OSError("connection lost while reading the commit's answer")
+        return written
+
+    monkeypatch.setattr("tokenrelay.usage.ledger.write_batch", commits_then_fails_once)
+    monkeypatch.setattr("tokenrelay.usage.ledger.RETRY_SECONDS", (0.05,))
+
+    async def scenario() -> tuple[int, tuple[int, int]]:
+        engine, store, limiter = await opened(url)
+        _record, secret = await store.create(KeySpec(name="retry", budget_tokens=1000))
+        principal = await store.principal(hash_secret(secret))
+        ledger = Ledger(engine, AccountingSettings(ledger_flush_seconds=60), SpillFiles(tmp_path, "s"))
+        await ledger.start()
+        calls = _calls(4)
+        for call in calls:
+            call.key_id, call.reservation = principal.key_id, await limiter.admit(principal, 50)
+            ledger.record(call)  # a row that settles a reservation wakes the writer at once
+        await asyncio.sleep(0.5)
+        for call in _calls(3):
+            ledger.record(call)
+        await ledger.close()
+        state = await limiter.budget_state(principal.key_id)
+        await engine.dispose()
+        return ledger.written, state
+
+    written, (used, reserved) = run(scenario())
+    assert asked[:2] == [False, True]  # a first try asks nothing back; the retry asks which rows are new
+    assert asked[2:] == [False] * len(asked[2:])  # and later batches are first tries again
+    assert written == 7 - sizes[0]  # the first batch's rows were new only on the try that "failed"
+    assert (used, reserved) == (4 * 3, 0)  # settled once: 1 prompt + 2 completion tokens each
+    assert run(_count(url)) == 7
 
 
 async def _unreachable_ledger(spills: SpillFiles) -> None:

@@ -20,6 +20,7 @@ from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
 from tokenrelay.heap import tune_garbage_collector
+from tokenrelay.logstream import flush_log_handlers
 from tokenrelay.requestid import RequestIdMiddleware
 from tokenrelay.services import Services
 
@@ -38,6 +39,7 @@ def create_app(settings: Settings) -> GenerationLane:
             yield
         finally:
             await services.close()
+            flush_log_handlers()
 
     # FastAPI's own OpenTelemetry hooks look up providers (and the environment) on every request; tokenrelay
     # does not use them, and on the relay's hot path they cost a measurable share of each request.

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from tokenrelay.logstream import stderr_handler
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Values needing no quotes in `key=value` text; anything else (spaces, quotes, newlines a client put in a
@@ -66,7 +67,7 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str, fmt: str = "text") -> None:
     """Send every logger (ours, uvicorn's, llama.cpp's) to stderr in one format."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = stderr_handler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -75,6 +76,8 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
+    # Nor the caller's file and line (a walk up the stack per record), for the same reason.
+    logging._srcfile = None
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
 
 

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import random
 import re
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tokenrelay.ids import time_ordered_id
+
 HEADER = "x-request-id"
 _SAFE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
-# A version-4 UUID's fixed bits: version 4 in bits 76-79, variant 10 in bits 62-63.
-_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
-
-
 def new_request_id() -> str:
-    """A random UUID (version 4), as 32 hex digits.
-
-    From `random` rather than `uuid.uuid4` (a system call for 16 random bytes, and a UUID object, on every
-    request): a request id must be unique, not unpredictable; it grants nothing. `random` is reseeded in
-    each forked worker, so workers do not repeat each other's ids."""
-    return f"{(random.getrandbits(128) & _UUID4_CLEAR) | _UUID4_SET:032x}"
+    """A time-ordered UUID (version 7), as 32 hex digits: the ledger indexes request ids (see `tokenrelay.ids`)."""
+    return time_ordered_id()
 
 
 def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:

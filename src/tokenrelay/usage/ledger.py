@@ -96,7 +96,8 @@ class Ledger:
                 batch = [self._pending.popleft() for _ in range(size)]
                 self._in_batch = batch
                 try:
-                    self.written += await write_batch(self.engine, batch)
+                    # After a failure the batch put back may have been committed (an unknown outcome).
+                    self.written += await write_batch(self.engine, batch, maybe_written=self._failures > 0)
                 except Exception:
                     self._pending.extendleft(reversed(batch))  # keep order; rows carry their ids, so retrying is safe
                     self._failures += 1

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from tokenrelay.calls import Call
+from tokenrelay.ids import time_ordered_id
 from tokenrelay.limits.limiter import Reservation
 
 
@@ -36,7 +36,7 @@ def _ms(seconds: float | None) -> float | None:
 def entry_for(call: Call) -> LedgerEntry:
     usage = call.usage
     values = {
-        "id": uuid.uuid4().hex,  # the ledger's idempotency key: a retried batch inserts each row once
+        "id": time_ordered_id(),  # the ledger's idempotency key: a retried batch inserts each row once
         "request_id": call.request_id,
         "key_id": call.key_id,
         "key_name": call.key_name,

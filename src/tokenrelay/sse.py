@@ -25,8 +25,10 @@ def frame(body: dict[str, Any]) -> bytes:
     return b"data: " + dumps(body) + b"\n\n"
 
 
-async def frames(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """Frames every chunk; an error after the stream started becomes one error event, then `[DONE]`."""
+async def frames(first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Frames `first` and every chunk; an error after the stream started becomes one error event, then `[DONE]`."""
+    if first is not None:
+        yield frame(first)
     try:
         async for chunk in chunks:
             yield frame(chunk)
@@ -70,10 +72,4 @@ class EventStream(StreamingResponse):
 
 
 def stream_response(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None, outbox: Outbox) -> EventStream:
-    async def body() -> AsyncIterator[bytes]:
-        if first is not None:
-            yield frame(first)
-        async for data in frames(chunks):
-            yield data
-
-    return EventStream(body(), outbox)
+    return EventStream(frames(first, chunks), outbox)

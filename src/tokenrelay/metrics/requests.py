@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+from bisect import bisect_left
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -23,6 +25,27 @@ def model_label(call: Call) -> str:
     # Only served model ids become label values: a client naming a thousand unknown models must not
     # create a thousand time series. `backend` is set once the id resolved to a backend.
     return call.model if call.backend else ""
+
+
+def observe_all(histogram: Any, values: list[float]) -> None:
+    """`histogram.observe(v)` for each value, as one update per bucket touched.
+
+    A stream's inter-token gaps are a dozen or more values per request, and each `observe` takes two locks
+    and walks the bucket bounds in Python: a tenth of the metrics' cost of a streamed relay. Here the values
+    are counted per bucket first (`bisect`, in C) and each touched bucket, and the sum, is incremented once.
+    This reads prometheus_client's histogram fields (`_upper_bounds`, `_buckets`, `_sum`), which it does
+    not document; where they are missing the values are observed one by one (and a test compares the two).
+    """
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None:
+        for value in values:
+            histogram.observe(value)
+        return
+    for index, count in collections.Counter(bisect_left(bounds, value) for value in values).items():
+        buckets[index].inc(count)
+    total.inc(sum(values))
 
 
 class RequestMetrics:
@@ -71,9 +94,7 @@ class RequestMetrics:
         if call.ttft is not None:
             self._child(self.ttft, model, call.endpoint).observe(call.ttft)
         if call.token_gaps:
-            gap = self._child(self.gap, model, call.endpoint)
-            for seconds in call.token_gaps:
-                gap.observe(seconds)
+            observe_all(self._child(self.gap, model, call.endpoint), call.token_gaps)
         self._count_tokens(call, model, key)
 
     def _count_tokens(self, call: Call, model: str, key: str) -> None:

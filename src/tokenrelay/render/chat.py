@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
-from tokenrelay.render.common import ChoiceState, Collected, ResponseMeta, chunk_body, prepend, usage_body
+from tokenrelay.render.common import ChoiceState, Collected, ResponseMeta, chunk_body, usage_body
 
 
 def logprob_content(items: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -115,7 +115,10 @@ class ChatChunker:
             yield opening
         if first is None:
             return
-        async for event in prepend(first, iterator):
+        body = self.event(first)
+        if body is not None:
+            yield body
+        async for event in iterator:  # not through a generator that puts `first` back: one layer less per event
             body = self.event(event)
             if body is not None:
                 yield body

@@ -111,8 +111,3 @@ async def collect(events: AsyncIterator[Event]) -> Collected:
         collected.add(event)
     return collected
 
-
-async def prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    yield first
-    async for event in rest:
-        yield event

@@ -26,6 +26,9 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def logfmt_value(value: object) -> str:
+    kind = type(value)
+    if kind is int or kind is float:
+        return str(value)  # digits, a sign, a point, `e`, or inf/nan: never anything to quote
     if isinstance(value, bool):
         return "true" if value else "false"
     text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, list | dict) else str(value)
@@ -34,7 +37,9 @@ def logfmt_value(value: object) -> str:
 
 def logfmt(fields: dict[str, Any]) -> str:
     """`key=value` pairs; None values are left out."""
-    return " ".join(f"{key}={logfmt_value(value)}" for key, value in fields.items() if value is not None)
+    # A list comprehension (faster than a generator in `join`): this runs for every request's log line.
+    pairs = [key + "=" + logfmt_value(value) for key, value in fields.items() if value is not None]
+    return " ".join(pairs)
 
 
 class TextFormatter(logging.Formatter):

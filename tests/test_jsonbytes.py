@@ -19,3 +19,34 @@ from tokenrelay.jsonbytes import dumps
 )
 def test_same_compact_utf8_json_as_the_standard_library(body: dict) -> None:
     assert dumps(body) == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"choices":[{"index":0,"delta":{"content":"Héllo ✓"},"finish_reason":null}],"created":1700000000}',
+        '{"seed": 18446744073709551616, "small": 9223372036854775807}',  # past 64 bits: an exact integer still
+        '{"neg": -9223372036854775809}',  # 19 digits that fit no 64-bit integer
+        '{"x": 100000000000000000000000000000, "y": 0.1234567890123456789012}',
+        '{"f": [1.0, 1E2, -0.0, 0.30000000000000004, 1e400, 1e-400]}',
+        '{"odd": NaN, "inf": -Infinity}',  # not JSON, but what `json.loads` accepts
+        '["\\ud800 a lone surrogate"]',
+        '{"a": 1, "a": 2}',
+        '  {"padded": true}  ',
+    ],
+)
+def test_loads_reads_what_the_standard_library_reads(text: str) -> None:
+    from tokenrelay.jsonbytes import loads
+
+    expected = json.loads(text)
+    for given in (text, text.encode()):
+        got = loads(given)
+        assert repr(got) == repr(expected)  # repr: NaN compares unequal to itself, and int vs float shows
+
+
+@pytest.mark.parametrize("text", ['{"a": ', "not json", '{"a": 1}}', ""])
+def test_loads_refuses_what_the_standard_library_refuses(text: str) -> None:
+    from tokenrelay.jsonbytes import loads
+
+    with pytest.raises(json.JSONDecodeError):
+        loads(text)

@@ -110,4 +110,3 @@ async def collect(events: AsyncIterator[Event]) -> Collected:
     async for event in events:
         collected.add(event)
     return collected
-

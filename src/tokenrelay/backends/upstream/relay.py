@@ -21,7 +21,7 @@ from tokenrelay.backends.upstream.http1 import ConnectFailed, ReadTimeout, Reply
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.wire import usage_of
 from tokenrelay.config import UpstreamTimeouts
-from tokenrelay.jsonbytes import dumps
+from tokenrelay.jsonbytes import dumps, loads
 from tokenrelay.outbox import current_outbox
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ async def _read(response: Reply, stage: Stage) -> bytes:
 async def _read_json(response: Reply, stage: Stage) -> dict[str, Any]:
     content = await _read(response, stage)
     try:
-        body = json.loads(content)
+        body = loads(content)
     except ValueError:
         raise NodeFailure("the node's answer is not JSON") from None
     if not isinstance(body, dict):
@@ -177,7 +177,7 @@ def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:
     if not message.data.strip():
         return []
     try:
-        chunk = json.loads(message.data)
+        chunk = loads(message.data)
     except ValueError:
         raise NodeFailure("the node sent a chunk that is not JSON") from None
     if not isinstance(chunk, dict):

@@ -35,10 +35,13 @@ def chat_events(body: dict[str, Any], key: str) -> list[Event]:
         content = message.get("content")
         if content or logprobs:
             events.append(TextDelta(index, content if isinstance(content, str) else "", logprobs))
-        events.extend(_tool_calls(index, message))
-        extras = {k: v for k, v in message.items() if k not in _MODELLED and v is not None}
-        if extras:
-            events.append(DeltaFields(index, extras))
+        # Most chunks carry `content` alone (and `role` first): the checks below are skipped for them.
+        if "tool_calls" in message or "function_call" in message:
+            events.extend(_tool_calls(index, message))
+        if not _MODELLED.issuperset(message):
+            extras = {k: v for k, v in message.items() if k not in _MODELLED and v is not None}
+            if extras:
+                events.append(DeltaFields(index, extras))
         if choice.get("finish_reason"):
             events.append(Finish(index, str(choice["finish_reason"])))
     return events

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from tokenrelay.config import Settings
+from tokenrelay.turnwrites import TurnBufferedHttpToolsProtocol
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     # log_config=None: uvicorn's own loggers go through ours, so `--log-format json` covers them too.
+    # http: uvicorn's httptools protocol, writing each loop turn's bytes together (see `tokenrelay.turnwrites`).
     return {
+        "http": TurnBufferedHttpToolsProtocol,
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level.lower(),

@@ -5,16 +5,10 @@ from __future__ import annotations
 import asyncio
 import gc
 
-import pytest
-
+from event_loops import ON_BOTH_LOOPS
 from tokenrelay.disconnect import DisconnectWatch
 
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.parametrize(
-        "anyio_backend", [("asyncio", {}), ("asyncio", {"use_uvloop": True})], ids=["asyncio", "uvloop"]
-    ),
-]
+pytestmark = ON_BOTH_LOOPS
 
 
 class Peer:

@@ -1,4 +1,4 @@
-"""The stderr handler: one write per event-loop turn on the loop's thread, at once elsewhere."""
+"""The stderr handler: request lines leave once per event-loop turn on the loop's thread; all else at once."""
 
 from __future__ import annotations
 
@@ -28,9 +28,12 @@ class CountingFile(io.RawIOBase):
         return b"".join(self.writes).decode()
 
 
+DEFERRED = "test.logstream.requests"
+
+
 def handler_over(raw: CountingFile) -> LoopTurnHandler:
     stream = io.TextIOWrapper(io.BufferedWriter(raw, 64 * 1024), encoding="utf-8")
-    handler = LoopTurnHandler(stream)
+    handler = LoopTurnHandler(stream, deferred=[DEFERRED])
     handler.setFormatter(logging.Formatter("%(message)s"))
     return handler
 
@@ -45,7 +48,7 @@ def logger_with(handler: logging.Handler, name: str) -> logging.Logger:
 
 def test_records_of_one_loop_turn_leave_in_one_write_when_the_turn_ends() -> None:
     raw = CountingFile()
-    log = logger_with(handler_over(raw), "test.logstream.turn")
+    log = logger_with(handler_over(raw), DEFERRED)
 
     async def scenario() -> None:
         for i in range(50):
@@ -63,7 +66,7 @@ def test_records_of_one_loop_turn_leave_in_one_write_when_the_turn_ends() -> Non
 
 def test_records_outside_a_loop_and_from_other_threads_are_written_at_once() -> None:
     raw = CountingFile()
-    log = logger_with(handler_over(raw), "test.logstream.threads")
+    log = logger_with(handler_over(raw), DEFERRED)
     log.info("no loop")
     assert raw.writes == [b"no loop\n"]
 
@@ -79,7 +82,7 @@ def test_records_outside_a_loop_and_from_other_threads_are_written_at_once() -> 
 def test_flush_log_handlers_writes_what_a_turn_left_behind() -> None:
     raw = CountingFile()
     handler = handler_over(raw)
-    log = logger_with(handler, "test.logstream.shutdown")
+    log = logger_with(handler, DEFERRED)
     root = logging.getLogger()
     root.addHandler(handler)
     try:
@@ -92,3 +95,21 @@ def test_flush_log_handlers_writes_what_a_turn_left_behind() -> None:
         asyncio.run(scenario())
     finally:
         root.removeHandler(handler)
+
+
+def test_other_loggers_records_are_written_at_once_taking_the_held_lines_with_them() -> None:
+    """A process may end inside a loop turn (uvicorn re-raises SIGTERM there): its closing lines, from other
+    loggers, must not wait for a turn that never comes, nor leave request lines behind."""
+    raw = CountingFile()
+    handler = handler_over(raw)
+    requests = logger_with(handler, DEFERRED)
+    server = logger_with(handler, "test.logstream.server")
+
+    async def scenario() -> None:
+        requests.info("request 1")
+        requests.info("request 2")
+        assert raw.writes == []
+        server.info("Finished server process")
+        assert raw.writes == [b"request 1\nrequest 2\nFinished server process\n"]
+
+    asyncio.run(scenario())

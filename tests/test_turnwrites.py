@@ -10,18 +10,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from event_loops import ON_BOTH_LOOPS
 from tokenrelay.turnwrites import TurnBufferedHttpToolsProtocol, TurnBufferedTransport
 
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.parametrize(
-        "anyio_backend", [("asyncio", {}), ("asyncio", {"use_uvloop": True})], ids=["asyncio", "uvloop"]
-    ),
-]
+pytestmark = ON_BOTH_LOOPS
 
 
 class FakeTransport:

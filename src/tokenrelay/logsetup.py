@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tokenrelay.logstream import stderr_handler
+from tokenrelay.requestlog import REQUEST_LOGGER
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Values needing no quotes in `key=value` text; anything else (spaces, quotes, newlines a client put in a
@@ -72,7 +73,7 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str, fmt: str = "text") -> None:
     """Send every logger (ours, uvicorn's, llama.cpp's) to stderr in one format."""
-    handler = stderr_handler()
+    handler = stderr_handler(deferred=[REQUEST_LOGGER])
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

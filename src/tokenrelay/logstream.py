@@ -7,6 +7,13 @@ descriptor, and the event loop thread flushes it once at the end of the loop tur
 (`call_soon`): a line reaches the file within the turn, never later, and the lines of all the requests
 that finished in one turn leave in one write. Records from other threads (the engine's, a database
 driver's) and from code running outside any loop flush at once, as `StreamHandler` does.
+
+Only the loggers named as `deferred` (the per-request log) wait for the end of the turn; every other record
+is written at once, with whatever request lines are held before it. A process can end inside a loop turn,
+with no later turn and no exit handlers: uvicorn re-raises SIGTERM once its graceful shutdown is done, and
+the default action kills the process there. uvicorn's own closing lines ("Application shutdown complete",
+"Finished server process") come after the last request and are written at once, so they take every request
+line with them.
 """
 
 from __future__ import annotations
@@ -15,18 +22,31 @@ import asyncio
 import io
 import logging
 import sys
+from collections.abc import Collection
 from typing import TextIO
 
 _BUFFER_BYTES = 64 * 1024
 
 
 class LoopTurnHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, deferred: Collection[str] = ()) -> None:
+        """`deferred`: the names of the loggers whose records may wait for the end of the loop turn."""
         super().__init__(stream)
+        self.deferred = frozenset(deferred)
+        self._defer = False  # whether the record being emitted may wait (set and read under the handler's lock)
         self._flush_pending = False
 
+    def emit(self, record: logging.LogRecord) -> None:
+        self._defer = record.name in self.deferred
+        super().emit(record)
+
     def flush(self) -> None:
-        """Called by `emit` after each record: on the loop's thread, deferred to the end of the turn."""
+        """Called by `emit` after each record: a deferred logger's record on the loop's thread waits for the end
+        of the turn; anything else is written at once, with what is held before it."""
+        if not self._defer:
+            self.flush_now()
+            return
+        self._defer = False
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another thread, or no loop at all: write now
@@ -43,7 +63,7 @@ class LoopTurnHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 self.stream.flush()
 
 
-def stderr_handler() -> logging.StreamHandler:  # type: ignore[type-arg]
+def stderr_handler(deferred: Collection[str]) -> logging.StreamHandler:  # type: ignore[type-arg]
     """A `LoopTurnHandler` over stderr's file descriptor; a plain `StreamHandler` when stderr has none (a
     test harness's capture object), since there is no descriptor to buffer for."""
     try:
@@ -55,7 +75,7 @@ def stderr_handler() -> logging.StreamHandler:  # type: ignore[type-arg]
     stream = io.TextIOWrapper(
         io.BufferedWriter(raw, _BUFFER_BYTES), encoding=encoding, errors="backslashreplace", write_through=False
     )
-    return LoopTurnHandler(stream)
+    return LoopTurnHandler(stream, deferred)
 
 
 def flush_log_handlers() -> None:

@@ -10,7 +10,8 @@ import logging
 
 from tokenrelay.calls import Call
 
-log = logging.getLogger("tokenrelay.requests")
+REQUEST_LOGGER = "tokenrelay.requests"
+log = logging.getLogger(REQUEST_LOGGER)
 
 
 def call_fields(call: Call) -> dict[str, object]:

@@ -89,9 +89,11 @@ def test_long_prompt_prefill_does_not_stall_a_running_stream(small_server: Serve
     assert reply.status_code == 200, reply.text
     prefill_steps = status(small_server)["steps"] - before
     during = [t for t in times if sent <= t <= done]
-    # The running stream got a token in (nearly) every step the long prompt needed.
+    # The running stream got a token in (nearly) every step the long prompt needed; a stalled one would get one or
+    # two. The window is timed by two client threads, so tokens at its edges can fall outside it when the 2-core
+    # machine is busy (a full run once saw 26 of 30): four in five must be inside.
     assert prefill_steps >= 20
-    assert len(during) >= prefill_steps - 3, (len(during), prefill_steps)
+    assert len(during) >= 0.8 * prefill_steps, (len(during), prefill_steps)
     thread.join(300)
     assert json.dumps(reply.json()["usage"])
 

@@ -37,12 +37,13 @@ class BareRelay:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
+        from tokenrelay.api.parsing import read_body
         from tokenrelay.backends.upstream.http1 import Pool
         from tokenrelay.jsonbytes import dumps
 
         if self.pool is None:
             self.pool = Pool(f"http://127.0.0.1:{self.node_port}/v1", {}, 5.0)
-        request = json.loads(await _body(receive))
+        request = json.loads(await read_body(receive))  # tokenrelay's own body reader
         request["model"] = "mock"
         deadline = asyncio.get_running_loop().time() + 30
         reply = await self.pool.request("POST", "/chat/completions", dumps(request), {}, deadline)
@@ -69,15 +70,6 @@ async def _lifespan(receive: Any, send: Any) -> None:
     while (await receive())["type"] != "lifespan.shutdown":
         await send({"type": "lifespan.startup.complete"})
     await send({"type": "lifespan.shutdown.complete"})
-
-
-async def _body(receive: Any) -> bytes:
-    parts = []
-    while True:
-        message = await receive()
-        parts.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(parts)
 
 
 def serve(port: int, node_port: int) -> None:

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from tokenrelay.logsetup import JsonFormatter, TextFormatter, logfmt
+from tokenrelay.logsetup import TEXT_FORMAT, JsonFormatter, TextFormatter, TextValues, logfmt, logfmt_value
 from tokenrelay.progress import Progress
 
 
@@ -77,3 +77,28 @@ def test_progress_draws_one_line_on_a_terminal(capsys: pytest.CaptureFixture[str
         progress.update(fraction)
     err = capsys.readouterr().err
     assert err == "\rassembling x:  25%\rassembling x:  50%\rassembling x: 100%\n"
+
+
+def test_text_formatter_memo_writes_what_the_plain_path_writes() -> None:
+    values = ["gemma-3-270m", "chat.completions", "a b", 'quo"te', "k=v", "back\\slash", "", "ünï-cödé", "0192abcDEF"]
+    formatter = TextFormatter()
+    for _ in range(2):  # the second pass is answered from the memo
+        for value in values:
+            fields = {"model": value, "status": 200, "stream": False, "ttft_ms": 1.5}
+            assert formatter.format(record(fields=fields)).endswith(" request " + logfmt(fields))
+            assert logfmt(fields) == f"model={logfmt_value(value)} status=200 stream=false ttft_ms=1.5"
+
+
+def test_text_value_memo_is_bounded() -> None:
+    texts = TextValues()
+    for n in range(TextValues.LIMIT + 10):
+        assert texts(f"model-{n}") == f"model-{n}"
+    assert len(texts.known) <= TextValues.LIMIT
+
+
+def test_text_formatter_time_matches_the_standard_formatter_across_seconds() -> None:
+    ours, standard = TextFormatter(), logging.Formatter(TEXT_FORMAT)
+    for created in (1_700_000_000.001, 1_700_000_000.999, 1_700_000_001.0, 1_700_000_001.5, 1_700_003_600.25):
+        rec = record()
+        rec.created, rec.msecs = created, (created - int(created)) * 1000
+        assert ours.formatTime(rec) == standard.formatTime(rec)

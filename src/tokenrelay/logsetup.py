@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,20 +27,47 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields if isinstance(fields, dict) else {}
 
 
-def logfmt_value(value: object) -> str:
+def logfmt_value(value: object, texts: TextValues | None = None) -> str:
     kind = type(value)
     if kind is int or kind is float:
         return str(value)  # digits, a sign, a point, `e`, or inf/nan: never anything to quote
+    if kind is str:
+        text: str = value  # type: ignore[assignment]
+        if text.isalnum():  # letters and digits alone (request ids): bare, checked in C
+            return text
+        return texts(text) if texts is not None else _quoted_if_needed(text)
     if isinstance(value, bool):
         return "true" if value else "false"
-    text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return _quoted_if_needed(json.dumps(value) if isinstance(value, list | dict) else str(value))
+
+
+def _quoted_if_needed(text: str) -> str:
     return text if _BARE.match(text) else json.dumps(text, ensure_ascii=False)
 
 
-def logfmt(fields: dict[str, Any]) -> str:
-    """`key=value` pairs; None values are left out."""
+class TextValues:
+    """How string values are written, remembered. A request line's strings are mostly the same few (model,
+    endpoint, key name, node, finish reason), and the regex check of each was half the cost of formatting
+    the line. Bounded: cleared when full, so clients sending endless distinct model names cannot grow it."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.known: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        written = self.known.get(text)
+        if written is None:
+            if len(self.known) >= self.LIMIT:
+                self.known.clear()
+            written = self.known[text] = _quoted_if_needed(text)
+        return written
+
+
+def logfmt(fields: dict[str, Any], texts: TextValues | None = None) -> str:
+    """`key=value` pairs; None values are left out. `texts`: a memo of string values already written."""
     # A list comprehension (faster than a generator in `join`): this runs for every request's log line.
-    pairs = [key + "=" + logfmt_value(value) for key, value in fields.items() if value is not None]
+    pairs = [key + "=" + logfmt_value(value, texts) for key, value in fields.items() if value is not None]
     return " ".join(pairs)
 
 
@@ -48,10 +76,24 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
+        self._texts = TextValues()
+        self._second: int | None = None  # the second whose date and time `_stamp` holds
+        self._stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """`Formatter.formatTime`'s text, with the date and time (`strftime`) made once per second rather
+        than once per record."""
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = second
+        return self.default_msec_format % (self._stamp, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
-        pairs = logfmt(record_fields(record))
+        pairs = logfmt(record_fields(record), self._texts)
         return f"{line} {pairs}" if pairs else line
 
 

@@ -50,3 +50,18 @@ def test_loads_refuses_what_the_standard_library_refuses(text: str) -> None:
 
     with pytest.raises(json.JSONDecodeError):
         loads(text)
+
+
+def test_loads_reads_a_raw_lone_surrogate_as_the_standard_library_does() -> None:
+    from tokenrelay.jsonbytes import loads
+
+    text = '{"content": "raw \ud800 surrogate", "n": 1}'  # a str only: it has no UTF-8 encoding
+    assert repr(loads(text)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize("digits", [18, 19, 25])
+def test_loads_keeps_integers_exact_around_the_19_digit_threshold(digits: int) -> None:
+    from tokenrelay.jsonbytes import loads
+
+    text = f'{{"a": {"9" * digits}, "b": "1234567890-1234567890", "c": {"1" * digits}.5}}'
+    assert repr(loads(text)) == repr(json.loads(text))

@@ -65,3 +65,10 @@ def test_loads_keeps_integers_exact_around_the_19_digit_threshold(digits: int) -
 
     text = f'{{"a": {"9" * digits}, "b": "1234567890-1234567890", "c": {"1" * digits}.5}}'
     assert repr(loads(text)) == repr(json.loads(text))
+
+
+def test_a_lone_surrogate_is_written_escaped_as_valid_utf8() -> None:
+    body = {"content": "a \ud800 b", "ok": "✓"}  # what json.loads makes of a node's "\\ud800"
+    encoded = dumps(body)
+    assert encoded.decode("utf-8") == '{"content":"a \\ud800 b","ok":"\\u2713"}'
+    assert json.loads(encoded) == body

@@ -23,6 +23,7 @@ from upstream_fakes import (
     event_stream,
     nodes_fixture,
     sse,
+    text_of,
     usage_chunk,
 )
 
@@ -65,7 +66,7 @@ async def test_node_failures_before_the_first_byte_fail_over(nodes: FakeNodes, f
     a = backend.nodes["a"].load
     assert (a.requests, a.failures, a.in_flight) == (1, 1, 0)
     assert nodes.hits("b") == 1
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "fine"
+    assert text_of(events) == "fine"
 
 
 @pytest.mark.parametrize("status", [400, 413, 422])

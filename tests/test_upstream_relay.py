@@ -24,6 +24,7 @@ from upstream_fakes import (
     event_stream,
     nodes_fixture,
     sse,
+    text_of,
     usage_chunk,
 )
 
@@ -50,7 +51,7 @@ async def events_for(nodes: FakeNodes, body: bytes | Stream, **request: object) 
 
 
 def texts(events: list[object]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
+    return text_of(events)
 
 
 @pytest.mark.parametrize("size", [1, 3, 7, 64])

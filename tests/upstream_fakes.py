@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from conftest import free_port
-from tokenrelay.backends.base import Event
+from tokenrelay.backends.base import Event, TextDelta, TextRun
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -179,3 +179,11 @@ def completion(prompt: Any = "Once", **fields: Any) -> CompletionRequest:
 
 async def drain(events: AsyncIterator[Event]) -> list[Event]:
     return [event async for event in events]
+
+
+def text_of(events: list[Event]) -> str:
+    """The text the events carry, whether one delta at a time or in runs (the chunks of one read)."""
+    parts = [
+        e.text if isinstance(e, TextDelta) else "".join(e.texts) for e in events if isinstance(e, TextDelta | TextRun)
+    ]
+    return "".join(parts)

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tokenrelay.backends.base import Event, Finish, Served, TextDelta, ToolCallDelta, Usage
+from tokenrelay.backends.base import Event, Finish, Served, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError
 
 if TYPE_CHECKING:
@@ -67,12 +67,11 @@ class Call:
     def saw(self, event: Event) -> None:
         if isinstance(event, TextDelta | ToolCallDelta):
             self.tokens_seen += _tokens_in(event)
-            now = time.monotonic()
-            if self.first_token_at is None:
-                self.first_token_at = now
-            elif self._last_token is not None:
-                self.token_gaps.append(now - self._last_token)
-            self._last_token = now
+            self._token_at(time.monotonic())
+        elif isinstance(event, TextRun):
+            self.tokens_seen += len(event.texts)
+            self._token_at(time.monotonic())
+            self.token_gaps.extend([0.0] * (len(event.texts) - 1))  # the rest arrived with the first
         elif isinstance(event, Finish):
             self.finish_reasons.append(event.reason)
         elif isinstance(event, Usage):
@@ -80,6 +79,13 @@ class Call:
             self.usage_reported = True
         elif isinstance(event, Served):
             self.node, self.backend = event.node, event.kind
+
+    def _token_at(self, now: float) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = now
+        elif self._last_token is not None:
+            self.token_gaps.append(now - self._last_token)
+        self._last_token = now
 
     def report_usage(self, usage: Usage) -> None:
         """A backend's own count for a call it could not finish (exact, prompt included)."""

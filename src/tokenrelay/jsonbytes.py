@@ -28,7 +28,11 @@ def dumps(body: Any) -> bytes:
     try:
         return orjson.dumps(body)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (a node's "\ud800" escape) has no UTF-8 form: escape it again
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def loads(text: str | bytes) -> Any:

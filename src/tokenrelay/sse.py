@@ -25,13 +25,20 @@ def frame(body: dict[str, Any]) -> bytes:
     return b"data: " + dumps(body) + b"\n\n"
 
 
-async def frames(first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+def framed(chunk: dict[str, Any] | bytes) -> bytes:
+    """A chunk's frame; bytes are frames already (see `tokenrelay.render.runs`)."""
+    return chunk if type(chunk) is bytes else frame(chunk)  # type: ignore[arg-type]
+
+
+async def frames(
+    first: dict[str, Any] | bytes | None, chunks: AsyncIterator[dict[str, Any] | bytes]
+) -> AsyncIterator[bytes]:
     """Frames `first` and every chunk; an error after the stream started becomes one error event, then `[DONE]`."""
     if first is not None:
-        yield frame(first)
+        yield framed(first)
     try:
         async for chunk in chunks:
-            yield frame(chunk)
+            yield framed(chunk)
     except APIError as exc:
         yield frame(exc.body())
     except Exception:
@@ -71,5 +78,7 @@ class EventStream(StreamingResponse):
         await outbox.close()
 
 
-def stream_response(chunks: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None, outbox: Outbox) -> EventStream:
+def stream_response(
+    chunks: AsyncIterator[dict[str, Any] | bytes], first: dict[str, Any] | bytes | None, outbox: Outbox
+) -> EventStream:
     return EventStream(frames(first, chunks), outbox)

@@ -12,7 +12,7 @@ from tokenrelay.api.generation import handle
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.render.chat import ChatChunker, chat_response
-from tokenrelay.render.common import Collected, ResponseMeta
+from tokenrelay.render.common import Chunk, Collected, ResponseMeta
 
 router = APIRouter()
 
@@ -37,7 +37,7 @@ class ChatEndpoint:
 
     def chunks(
         self, body: ChatCompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[Chunk]:
         chunker = ChatChunker(meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))
         return chunker.chunks(events)
 

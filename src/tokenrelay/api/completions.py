@@ -11,7 +11,7 @@ from starlette.responses import Response
 from tokenrelay.api.generation import handle
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.protocol.completions import CompletionRequest
-from tokenrelay.render.common import Collected, ResponseMeta
+from tokenrelay.render.common import Chunk, Collected, ResponseMeta
 from tokenrelay.render.completions import CompletionChunker, completion_response
 
 router = APIRouter()
@@ -31,9 +31,7 @@ class CompletionsEndpoint:
     def events(self, backend: Backend, body: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
         return backend.complete(body, request_id)
 
-    def chunks(
-        self, body: CompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
-    ) -> AsyncIterator[dict[str, Any]]:
+    def chunks(self, body: CompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]:
         return CompletionChunker(meta, want_logprobs=body.logprobs is not None).chunks(events)
 
     def body(self, body: CompletionRequest, meta: ResponseMeta, collected: Collected) -> dict[str, Any]:

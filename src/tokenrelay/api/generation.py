@@ -18,7 +18,7 @@ from tokenrelay.disconnect import DisconnectWatch
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.outbox import Outbox, current_outbox
 from tokenrelay.protocol.common import GenerationRequest
-from tokenrelay.render.common import Collected, ResponseMeta, collect
+from tokenrelay.render.common import Chunk, Collected, ResponseMeta, collect
 from tokenrelay.sse import stream_response
 
 
@@ -35,7 +35,7 @@ class Endpoint(Protocol):
 
     def events(self, backend: Backend, body: Any, request_id: str) -> AsyncIterator[Event]: ...
 
-    def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]: ...
+    def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]: ...
 
     def body(self, body: Any, meta: ResponseMeta, collected: Collected) -> dict[str, Any]: ...
 
@@ -77,7 +77,7 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         raise
 
 
-async def streamed(chunks: AsyncIterator[dict[str, Any]]) -> Response:
+async def streamed(chunks: AsyncIterator[Chunk]) -> Response:
     # Errors raised before the first chunk (validation inside the backend, a full queue) keep their HTTP
     # status; later ones become an SSE error event followed by [DONE].
     outbox = Outbox()

@@ -41,6 +41,18 @@ class TextDelta:
 
 
 @dataclass(slots=True)
+class TextRun:
+    """Plain text deltas of one choice that arrived together (one read from a node), in order.
+
+    The same as one `TextDelta` per text, without logprobs, and rendered as that many chunks; carried
+    through the layers between node and client as one event, since each layer's cost is per event (a fast
+    node's stream mostly arrives a dozen chunks to a read). Never empty, and no text in it is empty."""
+
+    index: int
+    texts: list[str]
+
+
+@dataclass(slots=True)
 class ToolCallDelta:
     index: int
     call_index: int
@@ -86,7 +98,7 @@ class Served:
     kind: str
 
 
-Event = TextDelta | ToolCallDelta | Finish | Usage | DeltaFields | Served
+Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Served
 
 
 @dataclass(frozen=True, slots=True)

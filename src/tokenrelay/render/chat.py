@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
-from tokenrelay.render.common import ChoiceState, Collected, ResponseMeta, chunk_body, usage_body
+from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TextRun, TokenLogprob, ToolCallDelta, Usage
+from tokenrelay.render.common import ChoiceState, Chunk, Collected, ResponseMeta, chunk_body, usage_body
+from tokenrelay.render.runs import RunFrames
 
 
 def logprob_content(items: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -71,6 +72,7 @@ class ChatChunker:
         self.meta = meta
         self.want_logprobs = want_logprobs
         self.legacy_functions = legacy_functions
+        self.runs = RunFrames(self.event)
 
     def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
         return chunk_body(self.meta, "chat.completion.chunk", choices, usage, service_tier=self.meta.service_tier)
@@ -95,6 +97,12 @@ class ChatChunker:
             return self.chunk([self._choice(event.index, dict(event.fields))])
         return None
 
+    def piece(self, event: Event) -> Chunk | None:
+        """What one event becomes in the stream: a chunk, the frames of a run of text, or nothing."""
+        if type(event) is TextRun:
+            return self.runs.frames(event)
+        return self.event(event)
+
     def _tool_delta(self, event: ToolCallDelta) -> dict[str, Any]:
         function: dict[str, Any] = {"arguments": event.arguments}
         if event.name is not None:
@@ -106,7 +114,7 @@ class ChatChunker:
             call |= {"id": event.id, "type": "function"}
         return {"tool_calls": [call]}
 
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]:
+    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]:
         # The role chunks go out only once the backend has produced something, so that a request the
         # backend rejects (context too long, unsupported field) still gets a plain HTTP error.
         iterator = aiter(events)
@@ -115,10 +123,10 @@ class ChatChunker:
             yield opening
         if first is None:
             return
-        body = self.event(first)
+        body = self.piece(first)
         if body is not None:
             yield body
         async for event in iterator:  # not through a generator that puts `first` back: one layer less per event
-            body = self.event(event)
+            body = self.piece(event)
             if body is not None:
                 yield body

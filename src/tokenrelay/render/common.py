@@ -6,7 +6,19 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
+from tokenrelay.backends.base import (
+    DeltaFields,
+    Event,
+    Finish,
+    TextDelta,
+    TextRun,
+    TokenLogprob,
+    ToolCallDelta,
+    Usage,
+)
+
+# What a chunker yields: a chunk to encode and frame, or frames already made (a `TextRun`'s, `render.runs`).
+Chunk = dict[str, Any] | bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +100,8 @@ class Collected:
             state = self.choice(event.index)
             state.text.append(event.text)
             state.logprobs.extend(event.logprobs)
+        elif isinstance(event, TextRun):
+            self.choice(event.index).text.extend(event.texts)
         elif isinstance(event, ToolCallDelta):
             self._add_tool_call(event)
         elif isinstance(event, Finish):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, Usage
-from tokenrelay.render.common import Collected, ResponseMeta, chunk_body, usage_body
+from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, TokenLogprob, Usage
+from tokenrelay.render.common import Chunk, Collected, ResponseMeta, chunk_body, usage_body
+from tokenrelay.render.runs import RunFrames
 
 
 def completion_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -47,6 +48,7 @@ class CompletionChunker:
     def __init__(self, meta: ResponseMeta, *, want_logprobs: bool) -> None:
         self.meta = meta
         self.want_logprobs = want_logprobs
+        self.runs = RunFrames(self.event)
 
     def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
         return chunk_body(self.meta, "text_completion", choices, usage)
@@ -61,8 +63,8 @@ class CompletionChunker:
             return self.chunk([], usage_body(event))
         return None
 
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]:
+    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]:
         async for event in events:
-            body = self.event(event)
+            body = self.runs.frames(event) if type(event) is TextRun else self.event(event)
             if body is not None:
                 yield body

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
-from tokenrelay.backends.base import Event, TextDelta, ToolCallDelta, Usage
+from tokenrelay.backends.base import Event, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
@@ -80,6 +80,8 @@ class Meter:
     def saw(self, event: Event) -> None:
         if isinstance(event, TextDelta):
             self.pieces.append(event.text)
+        elif isinstance(event, TextRun):
+            self.pieces.extend(event.texts)
         elif isinstance(event, ToolCallDelta):
             self.pieces.append((event.name or "") + event.arguments)
 

@@ -19,7 +19,7 @@ from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
 from tokenrelay.backends.upstream.http1 import ConnectFailed, ReadTimeout, Reply, TransportError
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
-from tokenrelay.backends.upstream.wire import usage_of
+from tokenrelay.backends.upstream.wire import coalesced, usage_of
 from tokenrelay.config import UpstreamTimeouts
 from tokenrelay.jsonbytes import dumps, loads
 from tokenrelay.outbox import current_outbox
@@ -148,21 +148,29 @@ async def _stream_events(response: Reply, parse: Parser, clock: Clock) -> AsyncI
             await outbox.flush()  # what the last read became goes out in one write, before waiting for the next
         chunk = await _next_chunk(response, stage)
         messages = decoder.feed(chunk) if chunk is not None else decoder.close()
-        for message in messages:
-            if message.data == "[DONE]":
-                # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would
-                # wait with it) nor judged: a node that breaks its framing after [DONE] has still answered.
-                # The body's end usually came in the same read, and then the connection is reused.
-                return
-            stage = clock.bound(clock.next_gap(), "between chunks")
-            events = _chunk_events(message, parse)
-            if events and outbox is not None:
-                # Paced from this node's first event on: before it, a failure passes the request to another
-                # member (possibly the embedded engine, which never flushes), so nothing may be held for it.
-                outbox.paced = True
-            for event in events:
+        events: list[Event] = []
+        done = False
+        try:
+            for message in messages:
+                if message.data == "[DONE]":
+                    # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would
+                    # wait with it) nor judged: a node that breaks its framing after [DONE] has still answered.
+                    # The body's end usually came in the same read, and then the connection is reused.
+                    done = True
+                    break
+                stage = clock.bound(clock.next_gap(), "between chunks")
+                events.extend(_chunk_events(message, parse))
+        except NodeFailure:
+            for event in coalesced(events):  # what came before the bad chunk still goes out first
                 yield event
-        if chunk is None:
+            raise
+        if events and outbox is not None:
+            # Paced from this node's first event on: before it, a failure passes the request to another
+            # member (possibly the embedded engine, which never flushes), so nothing may be held for it.
+            outbox.paced = True
+        for event in coalesced(events):
+            yield event
+        if done or chunk is None:
             return
 
 

@@ -15,6 +15,7 @@ from tokenrelay.backends.base import (
     Event,
     Finish,
     TextDelta,
+    TextRun,
     TokenLogprob,
     ToolCallDelta,
     TopLogprob,
@@ -59,6 +60,25 @@ def completion_events(body: dict[str, Any]) -> list[Event]:
         if choice.get("finish_reason"):
             events.append(Finish(index, str(choice["finish_reason"])))
     return events
+
+
+def coalesced(events: list[Event]) -> list[Event]:
+    """The events of one read from a node, with each run of plain text deltas of one choice (text, no
+    logprobs) as one `TextRun`; every other event as it was, in the same order."""
+    if len(events) < 2:
+        return events
+    out: list[Event] = []
+    for event in events:
+        if type(event) is TextDelta and event.text and not event.logprobs and out:
+            last = out[-1]
+            if type(last) is TextRun and last.index == event.index:
+                last.texts.append(event.text)
+                continue
+            if type(last) is TextDelta and last.text and not last.logprobs and last.index == event.index:
+                out[-1] = TextRun(event.index, [last.text, event.text])
+                continue
+        out.append(event)
+    return out
 
 
 def usage_of(body: dict[str, Any]) -> Usage | None:

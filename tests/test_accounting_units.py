@@ -220,7 +220,8 @@ def test_ledger_catches_up_with_a_backlog_in_few_transactions(
 ) -> None:
     """A writer that fell behind (rows queue while a slow transaction runs) takes the whole backlog, up to
     `ledger_max_rows`, in each next transaction rather than a wake-up batch at a time; both databases take a
-    transaction of the default's size."""
+    transaction of the default's size. (The engine's path: SQLite's inline writer keeps to small transactions,
+    tested in `test_ledger_inline.py`.)"""
     sizes: list[int] = []
 
     async def counted(engine: object, entries: list, **options: bool) -> int:
@@ -232,7 +233,7 @@ def test_ledger_catches_up_with_a_backlog_in_few_transactions(
 
     async def scenario() -> int:
         engine, *_ = await opened(url)
-        settings = AccountingSettings(ledger_flush_seconds=60, ledger_batch_size=5)
+        settings = AccountingSettings(ledger_flush_seconds=60, ledger_batch_size=5, ledger_inline_sqlite=False)
         ledger = Ledger(engine, settings, SpillFiles(tmp_path, "s"))
         await ledger.start()
         for call in _calls(settings.ledger_max_rows + 500):

@@ -136,6 +136,10 @@ class AccountingSettings(BaseModel):
         ge=1,
         description="most rows in one transaction: a writer that fell behind under load catches up in large ones",
     )
+    ledger_inline_sqlite: bool = Field(
+        default=True,
+        description="write SQLite ledger rows on the event loop (usage/inline.py); false: through the driver's thread",
+    )
     reservation_ttl_seconds: float = Field(
         default=3600.0, gt=0, description="a budget reservation older than this is released (its replica died)"
     )

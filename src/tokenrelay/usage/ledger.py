@@ -5,6 +5,10 @@ holds (each of its database round trips waits behind every request the event loo
 200 rows at 2,000 requests/s, against 7 ms idle), so the writer takes everything queued, up to
 `ledger_max_rows`, in one: it keeps up at any rate the server can serve instead of queueing without bound.
 
+With SQLite, first-time rows that settle nothing are written on the loop itself (`tokenrelay.usage.inline`),
+in transactions of at most `inline.MAX_ROWS` with the loop served between them; a batch that finds SQLite's
+lock taken, or that settles reservations, goes through the engine as before.
+
 `close()` (the app's shutdown) writes everything still queued, and whatever the database refuses until the
 deadline is spilled to a file that the next start replays.
 """
@@ -21,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tokenrelay.calls import Call
 from tokenrelay.config import AccountingSettings
+from tokenrelay.usage.inline import CHECKPOINT_ROWS, MAX_ROWS, InlineWriter, inline_path
 from tokenrelay.usage.rows import LedgerEntry, entry_for
 from tokenrelay.usage.spill import SpillFiles, read_spill, spill
 from tokenrelay.usage.writer import write_batch
@@ -43,6 +48,7 @@ class Ledger:
         self._failures = 0
         self._writing = asyncio.Lock()
         self._in_batch: list[LedgerEntry] = []
+        self._inline: InlineWriter | None = None
 
     def record(self, call: Call) -> None:
         entry = entry_for(call)
@@ -61,6 +67,9 @@ class Ledger:
 
     async def start(self) -> None:
         await self._replay_spills()
+        path = inline_path(self.engine.url) if self.settings.ledger_inline_sqlite else None
+        if path is not None:
+            self._inline = InlineWriter(path)
         self._task = asyncio.create_task(self._run(), name="ledger-writer")
 
     async def _replay_spills(self) -> None:
@@ -92,12 +101,14 @@ class Ledger:
     async def _write_pending(self) -> None:
         async with self._writing:  # one batch at a time, so a flush() returns only once all is committed
             while self._pending:
-                size = min(len(self._pending), self.settings.ledger_max_rows)
+                inline = self._inline is not None and not self._failures
+                size = min(
+                    len(self._pending), self.settings.ledger_max_rows, MAX_ROWS if inline else len(self._pending)
+                )
                 batch = [self._pending.popleft() for _ in range(size)]
                 self._in_batch = batch
                 try:
-                    # After a failure the batch put back may have been committed (an unknown outcome).
-                    self.written += await write_batch(self.engine, batch, maybe_written=self._failures > 0)
+                    self.written += await self._write(batch, inline)
                 except Exception:
                     self._pending.extendleft(reversed(batch))  # keep order; rows carry their ids, so retrying is safe
                     self._failures += 1
@@ -106,6 +117,25 @@ class Ledger:
                 finally:
                     self._in_batch = []
                 self._failures = 0
+            await self._checkpoint()
+
+    async def _write(self, batch: list[LedgerEntry], inline: bool) -> int:
+        if inline and self._inline is not None and self._inline.takes(batch) and self._inline.write(batch):
+            await asyncio.sleep(0)  # the loop serves its requests between two transactions of a backlog
+            return len(batch)
+        # After a failure the batch put back may have been committed (an unknown outcome).
+        return await write_batch(self.engine, batch, maybe_written=self._failures > 0)
+
+    async def _checkpoint(self, every: int | None = None) -> None:
+        """The WAL's pages moved into the database file, through the engine's thread (never on the loop)."""
+        if self._inline is None or self._inline.since_checkpoint < (CHECKPOINT_ROWS if every is None else every):
+            return
+        self._inline.since_checkpoint = 0
+        try:
+            async with self.engine.connect() as conn:
+                await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:  # a later checkpoint will do; the rows are committed already
+            log.exception("ledger: checkpointing the SQLite WAL failed")
 
     async def flush(self) -> None:
         """Write everything queued now (reports that must see the latest requests, admissions that must see
@@ -130,3 +160,7 @@ class Ledger:
         if self._pending:
             spill(self.spills.own, list(self._pending))
             self._pending.clear()
+        if self._inline is not None:
+            await self._checkpoint(every=1)
+            self._inline.close()
+            self._inline = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +24,16 @@ class LedgerEntry:
     @property
     def tokens(self) -> int:
         return self.values["prompt_tokens"] + self.values["completion_tokens"]
+
+
+def last_use(entries: Iterable[LedgerEntry]) -> dict[str, datetime]:
+    """The latest end of each key's calls among the entries (for the keys' `last_used_at`)."""
+    last: dict[str, datetime] = {}
+    for entry in entries:
+        key_id, ended = entry.values["key_id"], entry.values["ended_at"]
+        if key_id is not None and (key_id not in last or ended > last[key_id]):
+            last[key_id] = ended
+    return last
 
 
 def _utc(epoch: float) -> datetime:

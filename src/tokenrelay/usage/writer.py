@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from sqlalchemy import Insert, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tokenrelay.limits.settle import settle
 from tokenrelay.store.schema import api_keys, usage
-from tokenrelay.usage.rows import LedgerEntry
+from tokenrelay.usage.rows import LedgerEntry, last_use
 
 _INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
@@ -44,11 +42,6 @@ async def _insert_new(conn: AsyncConnection, entries: list[LedgerEntry]) -> set[
 
 
 async def _touch_keys(conn: AsyncConnection, entries: list[LedgerEntry]) -> None:
-    last: dict[str, datetime] = {}
-    for entry in entries:
-        key_id, ended = entry.values["key_id"], entry.values["ended_at"]
-        if key_id is not None and (key_id not in last or ended > last[key_id]):
-            last[key_id] = ended
-    for key_id, when in last.items():
+    for key_id, when in last_use(entries).items():
         stale = api_keys.c.last_used_at.is_(None) | (api_keys.c.last_used_at < when)
         await conn.execute(update(api_keys).where(api_keys.c.id == key_id, stale).values(last_used_at=when))

@@ -66,22 +66,32 @@ def test_only_a_sqlite_file_gets_an_inline_writer(tmp_path: Path) -> None:
         assert inline_path(database_url(Settings(database_url=url))) == expected
 
 
-def test_inline_rows_read_back_exactly_as_the_engines_own(tmp_path: Path) -> None:
-    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def stored(path: str) -> list[tuple[Any, ...]]:
+    """The rows as SQLite holds them (text, integers), without any type's reading."""
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT * FROM usage ORDER BY request_id, id").fetchall()
+
+
+def test_inline_rows_are_stored_exactly_as_the_engine_stores_them(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         async with database(tmp_path) as (engine, path):
-            batch = [entry_for(call) for call in calls(6, user="u\u00e9", streamed=True)]
+            made = calls(6, user="u\u00e9", streamed=True)
+            made[0].started_at = 1_700_000_000.0  # a whole second: no microseconds to write
+            batch = [entry_for(call) for call in made]
             await write_batch(engine, batch, maybe_written=False)
-            by_engine = await rows(engine)
+            by_engine, engine_text = await rows(engine), stored(path)
             async with engine.begin() as conn:
                 await conn.execute(usage.delete())
             writer = InlineWriter(path)
             assert writer.write(batch)
             writer.close()
-            return by_engine, await rows(engine)
+            return by_engine, engine_text, await rows(engine), stored(path)
 
-    by_engine, by_inline = asyncio.run(scenario())
+    by_engine, engine_text, by_inline, inline_text = asyncio.run(scenario())
     assert len(by_inline) == 6
-    assert by_inline == by_engine  # every column, datetimes and booleans included, through the engine's types
+    assert inline_text == engine_text  # the same text and numbers in every column
+    assert by_inline == by_engine  # and the same values read back through the engine's types
+    assert any(str(row[-2]).endswith(".000000") for row in inline_text)
 
 
 def test_inline_writes_note_each_keys_last_use_and_never_move_it_back(tmp_path: Path) -> None:

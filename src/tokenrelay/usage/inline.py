@@ -56,7 +56,7 @@ class InlineWriter:
         touch = _touch_statement().compile(dialect=dialect)
         self._touch = str(touch)
         self._touch_params: tuple[str, ...] = tuple(touch.positiontup or ())
-        self._to_text = usage.c.ended_at.type.bind_processor(dialect) or str
+        self._to_text = _processor(dialect, "ended_at") or str
         self.since_checkpoint = 0
         self._conn = sqlite3.connect(path, timeout=0, isolation_level=None)
         for pragma in ("busy_timeout=0", "synchronous=NORMAL", "wal_autocheckpoint=0"):
@@ -111,9 +111,14 @@ def _converters(dialect: sqlite.dialect, columns: Sequence[str]) -> list[Callabl
     """Each column's bind processor (SQLite keeps datetimes as text in SQLAlchemy's format), or the value as it is."""
     converters: list[Callable[[Any], Any]] = []
     for name in columns:
-        process = usage.c[name].type.bind_processor(dialect)
+        process = _processor(dialect, name)
         converters.append(process if process is not None else _same)
     return converters
+
+
+def _processor(dialect: sqlite.dialect, column: str) -> Callable[[Any], Any] | None:
+    # The dialect's own type (SQLite's DATETIME writes text in SQLAlchemy's format); the generic type has none.
+    return usage.c[column].type.dialect_impl(dialect).bind_processor(dialect)
 
 
 def _same(value: Any) -> Any:

@@ -85,11 +85,20 @@ class TextFormatter(logging.Formatter):
         than once per record."""
         if datefmt is not None:
             return super().formatTime(record, datefmt)
-        second = int(record.created)
+        return self._time_text(record.created, record.msecs)
+
+    def _time_text(self, created: float, msecs: float) -> str:
+        second = int(created)
         if second != self._second:
-            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
+            self._stamp = time.strftime(self.default_time_format, self.converter(created))
             self._second = second
-        return self.default_msec_format % (self._stamp, record.msecs)
+        return self.default_msec_format % (self._stamp, msecs)
+
+    def request_line(self, name: str, created: float, fields: dict[str, Any]) -> str:
+        """What `format` makes of an INFO record of logger `name`, message "request", with these fields."""
+        pairs = logfmt(fields, self._texts)
+        line = f"{self._time_text(created, _msecs(created))} INFO {name}: request"
+        return f"{line} {pairs}" if pairs else line
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
@@ -101,16 +110,27 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, the record's fields, any traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
-        body: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
+        body = _json_head(record.created, record.levelname.lower(), record.name, record.getMessage())
         body.update(record_fields(record))
         if record.exc_info:
             body["exc"] = self.formatException(record.exc_info)
         return json.dumps(body, ensure_ascii=False, default=str)
+
+    def request_line(self, name: str, created: float, fields: dict[str, Any]) -> str:
+        """What `format` makes of an INFO record of logger `name`, message "request", with these fields."""
+        body = _json_head(created, "info", name, "request")
+        body.update(fields)
+        return json.dumps(body, ensure_ascii=False, default=str)
+
+
+def _json_head(created: float, level: str, name: str, message: str) -> dict[str, Any]:
+    ts = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+    return {"ts": ts, "level": level, "logger": name, "msg": message}
+
+
+def _msecs(created: float) -> float:
+    # As `logging.LogRecord` has it (Python 3.11: the milliseconds of `created`, rounded down).
+    return int((created - int(created)) * 1000) + 0.0
 
 
 def configure_logging(level: str, fmt: str = "text") -> None:

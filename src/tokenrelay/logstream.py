@@ -40,6 +40,14 @@ class LoopTurnHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._defer = record.name in self.deferred
         super().emit(record)
 
+    def write_deferred(self, line: str) -> None:
+        """A line already formatted for a deferred logger (`tokenrelay.requestlog`'s direct path): written
+        as `emit` writes a record's, and flushed at the end of the loop turn like one."""
+        with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
+            self.stream.write(line + self.terminator)
+            self._defer = True
+            self.flush()
+
     def flush(self) -> None:
         """Called by `emit` after each record: a deferred logger's record on the loop's thread waits for the end
         of the turn; anything else is written at once, with what is held before it."""

@@ -23,6 +23,7 @@ types' own bind processors, so a row reads back through the engine exactly as if
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,6 +53,7 @@ class InlineWriter:
         insert = sqlite.insert(usage).on_conflict_do_nothing(index_elements=["id"]).compile(dialect=dialect)
         self._insert = str(insert)
         self._columns: tuple[str, ...] = tuple(insert.positiontup or ())
+        self._values = operator.itemgetter(*self._columns)  # a row's values in the statement's order, in C
         self._convert = _converters(dialect, self._columns)
         touch = _touch_statement().compile(dialect=dialect)
         self._touch = str(touch)
@@ -86,9 +88,11 @@ class InlineWriter:
         self.since_checkpoint += len(entries)
         return True
 
-    def _row(self, entry: LedgerEntry) -> tuple[Any, ...]:
-        values = entry.values
-        return tuple(convert(values[name]) for name, convert in zip(self._columns, self._convert, strict=True))
+    def _row(self, entry: LedgerEntry) -> list[Any]:
+        row = list(self._values(entry.values))
+        for position, convert in self._convert:
+            row[position] = convert(row[position])
+        return row
 
     def _touches(self, entries: Sequence[LedgerEntry]) -> list[tuple[Any, ...]]:
         params = []
@@ -107,19 +111,16 @@ def _touch_statement() -> Any:
     return update(api_keys).where(c.id == bindparam("key_id"), stale).values(last_used_at=bindparam("when"))
 
 
-def _converters(dialect: sqlite.dialect, columns: Sequence[str]) -> list[Callable[[Any], Any]]:
-    """Each column's bind processor (SQLite keeps datetimes as text in SQLAlchemy's format), or the value as it is."""
-    converters: list[Callable[[Any], Any]] = []
-    for name in columns:
+def _converters(dialect: sqlite.dialect, columns: Sequence[str]) -> list[tuple[int, Callable[[Any], Any]]]:
+    """The columns that have a bind processor (SQLite keeps datetimes as text in SQLAlchemy's format), by position."""
+    converters = []
+    for position, name in enumerate(columns):
         process = _processor(dialect, name)
-        converters.append(process if process is not None else _same)
+        if process is not None:
+            converters.append((position, process))
     return converters
 
 
 def _processor(dialect: sqlite.dialect, column: str) -> Callable[[Any], Any] | None:
     # The dialect's own type (SQLite's DATETIME writes text in SQLAlchemy's format); the generic type has none.
     return usage.c[column].type.dialect_impl(dialect).bind_processor(dialect)
-
-
-def _same(value: Any) -> Any:
-    return value

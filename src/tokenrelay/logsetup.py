@@ -96,13 +96,13 @@ class TextFormatter(logging.Formatter):
 
     def request_line(self, name: str, created: float, fields: dict[str, Any]) -> str:
         """What `format` makes of an INFO record of logger `name`, message "request", with these fields."""
-        pairs = logfmt(fields, self._texts)
-        line = f"{self._time_text(created, _msecs(created))} INFO {name}: request"
-        return f"{line} {pairs}" if pairs else line
+        return self._with_fields(f"{self._time_text(created, _msecs(created))} INFO {name}: request", fields)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        line = super().formatMessage(record)
-        pairs = logfmt(record_fields(record), self._texts)
+        return self._with_fields(super().formatMessage(record), record_fields(record))
+
+    def _with_fields(self, line: str, fields: dict[str, Any]) -> str:
+        pairs = logfmt(fields, self._texts)
         return f"{line} {pairs}" if pairs else line
 
 

@@ -15,6 +15,7 @@ from tokenrelay.disconnect import DisconnectWatch
 from tokenrelay.errors import APIError
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.outbox import Outbox
+from tokenrelay.render.common import Chunk
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +26,12 @@ def frame(body: dict[str, Any]) -> bytes:
     return b"data: " + dumps(body) + b"\n\n"
 
 
-def framed(chunk: dict[str, Any] | bytes) -> bytes:
+def framed(chunk: Chunk) -> bytes:
     """A chunk's frame; bytes are frames already (see `tokenrelay.render.runs`)."""
     return chunk if type(chunk) is bytes else frame(chunk)  # type: ignore[arg-type]
 
 
-async def frames(
-    first: dict[str, Any] | bytes | None, chunks: AsyncIterator[dict[str, Any] | bytes]
-) -> AsyncIterator[bytes]:
+async def frames(first: Chunk | None, chunks: AsyncIterator[Chunk]) -> AsyncIterator[bytes]:
     """Frames `first` and every chunk; an error after the stream started becomes one error event, then `[DONE]`."""
     if first is not None:
         yield framed(first)
@@ -78,7 +77,5 @@ class EventStream(StreamingResponse):
         await outbox.close()
 
 
-def stream_response(
-    chunks: AsyncIterator[dict[str, Any] | bytes], first: dict[str, Any] | bytes | None, outbox: Outbox
-) -> EventStream:
+def stream_response(chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox) -> EventStream:
     return EventStream(frames(first, chunks), outbox)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TextRun, TokenLogprob, ToolCallDelta, Usage
+from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
 from tokenrelay.render.common import ChoiceState, Chunk, Collected, ResponseMeta, chunk_body, usage_body
 from tokenrelay.render.runs import RunFrames
 
@@ -97,12 +97,6 @@ class ChatChunker:
             return self.chunk([self._choice(event.index, dict(event.fields))])
         return None
 
-    def piece(self, event: Event) -> Chunk | None:
-        """What one event becomes in the stream: a chunk, the frames of a run of text, or nothing."""
-        if type(event) is TextRun:
-            return self.runs.frames(event)
-        return self.event(event)
-
     def _tool_delta(self, event: ToolCallDelta) -> dict[str, Any]:
         function: dict[str, Any] = {"arguments": event.arguments}
         if event.name is not None:
@@ -123,10 +117,10 @@ class ChatChunker:
             yield opening
         if first is None:
             return
-        body = self.piece(first)
+        body = self.runs.piece(first)
         if body is not None:
             yield body
         async for event in iterator:  # not through a generator that puts `first` back: one layer less per event
-            body = self.piece(event)
+            body = self.runs.piece(event)
             if body is not None:
                 yield body

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, TokenLogprob, Usage
+from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, Usage
 from tokenrelay.render.common import Chunk, Collected, ResponseMeta, chunk_body, usage_body
 from tokenrelay.render.runs import RunFrames
 
@@ -65,6 +65,6 @@ class CompletionChunker:
 
     async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]:
         async for event in events:
-            body = self.runs.frames(event) if type(event) is TextRun else self.event(event)
+            body = self.runs.piece(event)
             if body is not None:
                 yield body

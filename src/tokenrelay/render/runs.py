@@ -30,6 +30,10 @@ class RunFrames:
         self.render = render
         self._templates: dict[int, tuple[bytes, bytes] | None] = {}  # by choice index
 
+    def piece(self, event: Event) -> dict[str, Any] | bytes | None:
+        """What one event becomes in the stream: the frames of a run, else the chunker's own rendering."""
+        return self.frames(event) if type(event) is TextRun else self.render(event)
+
     def frames(self, run: TextRun) -> bytes:
         template = self._template(run.index)
         if template is not None:

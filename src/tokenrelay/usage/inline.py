@@ -11,7 +11,7 @@ What keeps the loop from waiting on the database:
   batch that finds the write lock taken (another worker, a `tokenrelay keys` command, a key's admission) is
   refused at once, and the ledger sends that batch the usual way, through the engine, whose thread waits.
 - No checkpoint runs here (`wal_autocheckpoint=0`): moving the WAL's pages into the database file, with its
-  fsync, is left to `checkpoint()` through the engine's thread, every `CHECKPOINT_ROWS` rows.
+  fsync, is left to the ledger, which checkpoints through the engine's thread every `CHECKPOINT_ROWS` rows.
 - Transactions are small (`MAX_ROWS`; SQLite takes about 10 us a row) and the ledger yields to the loop
   between them.
 - Only rows written for the first time that settle nothing: settlement and rows that may exist already

@@ -101,10 +101,11 @@ class Ledger:
     async def _write_pending(self) -> None:
         async with self._writing:  # one batch at a time, so a flush() returns only once all is committed
             while self._pending:
-                inline = self._inline is not None and not self._failures
-                size = min(
-                    len(self._pending), self.settings.ledger_max_rows, MAX_ROWS if inline else len(self._pending)
+                inline = self._inline if not self._failures else None  # a retry may find its rows written
+                limit = (
+                    self.settings.ledger_max_rows if inline is None else min(self.settings.ledger_max_rows, MAX_ROWS)
                 )
+                size = min(len(self._pending), limit)
                 batch = [self._pending.popleft() for _ in range(size)]
                 self._in_batch = batch
                 try:
@@ -119,8 +120,8 @@ class Ledger:
                 self._failures = 0
             await self._checkpoint()
 
-    async def _write(self, batch: list[LedgerEntry], inline: bool) -> int:
-        if inline and self._inline is not None and self._inline.takes(batch) and self._inline.write(batch):
+    async def _write(self, batch: list[LedgerEntry], inline: InlineWriter | None) -> int:
+        if inline is not None and inline.takes(batch) and inline.write(batch):
             await asyncio.sleep(0)  # the loop serves its requests between two transactions of a backlog
             return len(batch)
         # After a failure the batch put back may have been committed (an unknown outcome).

@@ -150,6 +150,7 @@ async def _stream_events(response: Reply, parse: Parser, clock: Clock) -> AsyncI
         messages = decoder.feed(chunk) if chunk is not None else decoder.close()
         events: list[Event] = []
         done = False
+        failure: NodeFailure | None = None  # raised once what came before the bad chunk has gone out
         try:
             for message in messages:
                 if message.data == "[DONE]":
@@ -160,16 +161,16 @@ async def _stream_events(response: Reply, parse: Parser, clock: Clock) -> AsyncI
                     break
                 stage = clock.bound(clock.next_gap(), "between chunks")
                 events.extend(_chunk_events(message, parse))
-        except NodeFailure:
-            for event in coalesced(events):  # what came before the bad chunk still goes out first
-                yield event
-            raise
+        except NodeFailure as exc:
+            failure = exc
         if events and outbox is not None:
             # Paced from this node's first event on: before it, a failure passes the request to another
             # member (possibly the embedded engine, which never flushes), so nothing may be held for it.
             outbox.paced = True
         for event in coalesced(events):
             yield event
+        if failure is not None:
+            raise failure
         if done or chunk is None:
             return
 

@@ -6,7 +6,7 @@ import asyncio
 import gc
 
 from event_loops import ON_BOTH_LOOPS
-from tokenrelay.disconnect import DisconnectWatch
+from tokenrelay.disconnect import WATCH_AFTER_SECONDS, DisconnectWatch
 
 pytestmark = ON_BOTH_LOOPS
 
@@ -66,6 +66,7 @@ async def test_after_the_watch_the_watcher_ends_by_itself_without_cancelling_any
 
     async def serve() -> str:
         with DisconnectWatch(peer.receive) as watch:
+            await asyncio.sleep(WATCH_AFTER_SECONDS + 0.02)  # long enough for the watcher to start
             watchers.append(watch._watcher)
         await asyncio.sleep(0.01)  # the response goes out after the watch
         peer.leave()  # the server answers the pending receive once the response is complete
@@ -77,19 +78,41 @@ async def test_after_the_watch_the_watcher_ends_by_itself_without_cancelling_any
     assert watcher.done() and not watcher.cancelled()  # no CancelledError, so no traceback cycle is left
 
 
-async def test_a_watched_request_leaves_no_cyclic_garbage() -> None:
-    peer = Peer()
+async def test_a_client_that_left_before_the_watcher_started_is_noticed_when_it_starts() -> None:
+    peer, outcome = Peer(), []
+    peer.leave()  # gone at once: the watcher's first `receive()` answers straight away
+    started = asyncio.get_running_loop().time()
+    task = serving(peer, outcome)
+    await asyncio.wait_for(task, 1)
+    took = asyncio.get_running_loop().time() - started
+    assert outcome == ["gone"]
+    assert WATCH_AFTER_SECONDS * 0.9 <= took < WATCH_AFTER_SECONDS + 0.5
 
-    async def serve() -> None:
+
+async def test_a_short_watch_starts_no_watcher_task() -> None:
+    peer = Peer()
+    before = len(asyncio.all_tasks())
+    with DisconnectWatch(peer.receive) as watch:
+        await asyncio.sleep(0)
+        during = len(asyncio.all_tasks())
+    await asyncio.sleep(WATCH_AFTER_SECONDS + 0.02)  # the cancelled timer never fires
+    assert during == before and watch._watcher is None
+    assert len(asyncio.all_tasks()) == before
+
+
+async def test_a_watched_request_leaves_no_cyclic_garbage() -> None:
+    async def serve(watch_for: float) -> None:
+        peer = Peer()
         with DisconnectWatch(peer.receive):
-            await asyncio.sleep(0)
+            await asyncio.sleep(watch_for)
         peer.leave()
         await asyncio.sleep(0.01)
 
     gc.collect()
     gc.disable()
     try:
-        await serve()
-        assert gc.collect() == 0  # everything the request made was freed by reference counting alone
+        await serve(0)  # over before the watcher starts
+        await serve(WATCH_AFTER_SECONDS + 0.02)  # with a watcher, which ends by itself
+        assert gc.collect() == 0  # everything the requests made was freed by reference counting alone
     finally:
         gc.enable()

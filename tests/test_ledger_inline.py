@@ -24,6 +24,7 @@ from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import api_keys, usage
 from tokenrelay.usage import inline
 from tokenrelay.usage.inline import InlineWriter, inline_path
+from tokenrelay.usage import ledger as ledger_module
 from tokenrelay.usage.ledger import Ledger
 from tokenrelay.usage.rows import entry_for
 from tokenrelay.usage.spill import SpillFiles
@@ -116,8 +117,9 @@ def test_inline_writes_note_each_keys_last_use_and_never_move_it_back(tmp_path: 
 
 
 def test_a_taken_write_lock_is_never_waited_for_on_the_loop(tmp_path: Path) -> None:
-    """While another connection holds SQLite's write lock the inline writer refuses at once; the ledger sends the
-    batch through the engine, whose thread waits, and the loop keeps serving; the rows land once it is free."""
+    """While another connection holds SQLite's write lock the inline writer refuses at once; the ledger tries
+    again a moment later, then sends the batch through the engine, whose thread waits, and the loop keeps
+    serving all along; the rows land once the lock is free."""
 
     async def scenario() -> tuple[bool, float, int, int]:
         async with database(tmp_path) as (engine, path):
@@ -149,6 +151,51 @@ def test_a_taken_write_lock_is_never_waited_for_on_the_loop(tmp_path: Path) -> N
     assert refused and refusal_took < 0.05
     assert ticks == 20
     assert written == 3
+
+
+def held_lock_scenario(tmp_path: Path, hold: float) -> tuple[int, list[int]]:
+    """Rows recorded while another connection holds the write lock for `hold` seconds: how many were written,
+    and the batch sizes that went through the engine (`write_batch`) instead of the inline writer."""
+
+    async def scenario() -> tuple[int, list[int]]:
+        async with database(tmp_path) as (engine, path):
+            ledger = Ledger(engine, AccountingSettings(ledger_flush_seconds=60), SpillFiles(tmp_path, "s"))
+            await ledger.start()
+            holder = sqlite3.connect(path, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            for call in calls(4):
+                ledger.record(call)
+            flushing = asyncio.ensure_future(ledger.flush())
+            await asyncio.sleep(hold)
+            holder.execute("COMMIT")
+            holder.close()
+            await asyncio.wait_for(flushing, 10)
+            await ledger.close()
+            return len(await rows(engine)), through_engine
+
+    through_engine: list[int] = []
+    original = ledger_module.write_batch
+
+    async def counted(engine: Any, batch: list[Any], **kwargs: Any) -> int:
+        through_engine.append(len(batch))
+        return await original(engine, batch, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ledger_module, "write_batch", counted)
+        patch.setattr(ledger_module, "LOCKED_PATIENCE_SECONDS", 0.3)
+        return asyncio.run(scenario())
+
+
+def test_a_batch_locked_out_for_a_moment_is_still_written_inline(tmp_path: Path) -> None:
+    # Another worker's inline transaction holds the lock for a few ms: the batch waits for it on the loop's
+    # timers instead of taking the engine's slow path (which would hold the lock long and lock the others out).
+    written, through_engine = held_lock_scenario(tmp_path, hold=0.05)
+    assert written == 4 and through_engine == []
+
+
+def test_a_batch_locked_out_past_the_patience_goes_through_the_engine(tmp_path: Path) -> None:
+    written, through_engine = held_lock_scenario(tmp_path, hold=0.6)
+    assert written == 4 and through_engine == [4]
 
 
 def test_a_backlog_is_written_in_small_transactions_with_the_loop_served_between(

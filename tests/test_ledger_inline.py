@@ -23,8 +23,8 @@ from tokenrelay.store.database import create_engine, database_url
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import api_keys, usage
 from tokenrelay.usage import inline
-from tokenrelay.usage.inline import InlineWriter, inline_path
 from tokenrelay.usage import ledger as ledger_module
+from tokenrelay.usage.inline import InlineWriter, inline_path
 from tokenrelay.usage.ledger import Ledger
 from tokenrelay.usage.rows import entry_for
 from tokenrelay.usage.spill import SpillFiles

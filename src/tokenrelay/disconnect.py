@@ -24,7 +24,6 @@ from typing import Any
 
 from starlette.types import Receive
 
-
 WATCH_AFTER_SECONDS = 0.05
 
 

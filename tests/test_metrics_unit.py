@@ -148,3 +148,34 @@ def test_observe_all_falls_back_to_observe_without_the_histogram_fields() -> Non
     plain = Plain()
     observe_all(plain, [0.1, 0.2])
     assert plain.seen == [0.1, 0.2]
+
+
+def test_inside_a_loop_figures_are_applied_by_a_timer_or_a_scrape() -> None:
+    import asyncio
+
+    from tokenrelay.metrics.requests import FLUSH_SECONDS
+
+    labels = {"model": "m", "endpoint": "chat.completions", "status": "200", "key": "team-a"}
+    timed = {"model": "m", "endpoint": "chat.completions"}
+
+    async def scenario() -> list[float | None]:
+        metrics = metrics_for([])
+        value = metrics.registry.get_sample_value
+        seen = []
+        metrics.observe(finished_call())
+        metrics.observe(finished_call())
+        seen.append(value("tokenrelay_requests_total", labels))  # pending: the series exists, still at 0
+        await asyncio.sleep(FLUSH_SECONDS + 0.05)
+        seen.append(value("tokenrelay_requests_total", labels))  # the timer applied both
+        seen.append(value("tokenrelay_inter_token_gap_seconds_count", timed))
+        metrics.observe(finished_call())
+        text = metrics.render().decode()  # a scrape applies what is pending first
+        seen.append(
+            float(
+                'tokenrelay_requests_total{endpoint="chat.completions",key="team-a",model="m",status="200"} 3.0' in text
+            )
+        )
+        seen.append(value("tokenrelay_completion_tokens_total", {"model": "m", "key": "team-a"}))
+        return seen
+
+    assert asyncio.run(scenario()) == [0, 2, 6, 1, 12]

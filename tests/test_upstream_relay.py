@@ -132,6 +132,16 @@ async def test_fields_the_event_model_lacks_are_relayed_and_collected(nodes: Fak
     assert body["choices"][0]["message"]["content"] == "Four."
 
 
+@pytest.mark.parametrize("size", [7, 4096])
+async def test_integers_past_64_bits_from_a_node_stay_exact(nodes: FakeNodes, size: int) -> None:
+    # orjson would read them as floats; whole reads and reads split inside the digits alike
+    big = 2**70 + 1
+    stream = sse(chunk(seed=big), chunk(seed=-big), chunk("ok", finish="stop"), usage_chunk(2, 1))
+    events = await events_for(nodes, Stream(split_every(stream, size)))
+    seeds = [e.fields["seed"] for e in events if isinstance(e, DeltaFields)]
+    assert seeds == [big, -big] and all(type(s) is int for s in seeds)
+
+
 async def test_tool_call_deltas_and_logprobs_are_read_from_chunks(nodes: FakeNodes) -> None:
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a"'}}
     more = {"index": 0, "function": {"arguments": ": 1}"}}

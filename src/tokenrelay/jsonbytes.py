@@ -35,11 +35,17 @@ def dumps(body: Any) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode()
 
 
-def loads(text: str | bytes) -> Any:
-    """`json.loads(text)`, faster for the usual text (see the module's note)."""
+def orjson_exact(data: bytes) -> bool:
+    """Whether orjson reads every number in `data` as `json` does (no run of 19 or more digits)."""
+    return _LONG_RUN not in data.translate(_DIGITS_AS_ZEROS)
+
+
+def loads(text: str | bytes, *, checked: bool = False) -> Any:
+    """`json.loads(text)`, faster for the usual text (see the module's note). `checked`: the caller found
+    `orjson_exact` true of text that holds this one (a whole read from a node: one check for all its chunks)."""
     # surrogatepass: a lone surrogate becomes bytes that orjson refuses, so `json` reads that text as before
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    if _LONG_RUN not in data.translate(_DIGITS_AS_ZEROS):
+    if checked or orjson_exact(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -37,8 +37,10 @@ class Metrics:
         self.requests.observe(call)
 
     def render(self) -> bytes:
+        self.requests.flush()
         return generate_latest(self.exposed)
 
     def close(self) -> None:
+        self.requests.flush()
         if self.shared_dir is not None:
             worker_exited(self.shared_dir)

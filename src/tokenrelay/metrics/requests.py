@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from bisect import bisect_left
 from typing import Any
@@ -48,8 +49,20 @@ def observe_all(histogram: Any, values: list[float]) -> None:
     total.inc(sum(values))
 
 
+FLUSH_SECONDS = 0.1
+
+
 class RequestMetrics:
-    """Request counts, latencies and tokens, labelled by model, endpoint, status and key name."""
+    """Request counts, latencies and tokens, labelled by model, endpoint, status and key name.
+
+    Inside an event loop a finished call's figures are added to pending totals (plain dicts) and applied to
+    the Prometheus children at most `FLUSH_SECONDS` later, by a timer, or at once by `flush()` (every scrape
+    calls it first). Applied call by call they cost 5.6-8.7 us a call here, and 10-14 us with several workers,
+    whose values live in files (`prometheus_client`'s multiprocess mode: a lock, a pid check and an mmap
+    write per value); pending, a busy server applies each series once per interval instead. A scrape of
+    another worker sees this one's calls within the interval. Outside a loop (scripts, unit tests) each call
+    is applied at once.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
@@ -84,25 +97,60 @@ class RequestMetrics:
             for kind, text in TOKEN_HELP.items()
         }
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._counts: dict[Any, float] = {}  # counter child → increment not yet applied
+        self._values: dict[Any, list[float]] = {}  # histogram child → observations not yet applied
+        self._timer: asyncio.TimerHandle | None = None
 
     def observe(self, call: Call) -> None:
         model, key = model_label(call), call.key_name or ""
-        self._child(self.requests, model, call.endpoint, str(call.status), key).inc()
-        if not call.backend:
-            return  # rejected before any work: counted, but no latency or tokens to speak of
-        self._child(self.latency, model, call.endpoint).observe(call.latency)
-        if call.ttft is not None:
-            self._child(self.ttft, model, call.endpoint).observe(call.ttft)
-        if call.token_gaps:
-            observe_all(self._child(self.gap, model, call.endpoint), call.token_gaps)
-        self._count_tokens(call, model, key)
+        self._count(self._child(self.requests, model, call.endpoint, str(call.status), key), 1)
+        if call.backend:  # else rejected before any work: counted, but no latency or tokens to speak of
+            self._observe(self._child(self.latency, model, call.endpoint), [call.latency])
+            if call.ttft is not None:
+                self._observe(self._child(self.ttft, model, call.endpoint), [call.ttft])
+            if call.token_gaps:
+                self._observe(self._child(self.gap, model, call.endpoint), call.token_gaps)
+            self._count_tokens(call, model, key)
+        self._applied_soon()
 
     def _count_tokens(self, call: Call, model: str, key: str) -> None:
         usage = call.usage
         counts = {"prompt": usage.prompt_tokens, "completion": usage.completion_tokens, "cached": usage.cached_tokens}
         for kind, count in counts.items():
             if count:
-                self._child(self.tokens[kind], model, key).inc(count)
+                self._count(self._child(self.tokens[kind], model, key), count)
+
+    def _count(self, child: Any, amount: float) -> None:
+        self._counts[child] = self._counts.get(child, 0) + amount
+
+    def _observe(self, child: Any, values: list[float]) -> None:
+        pending = self._values.get(child)
+        if pending is None:
+            self._values[child] = list(values)
+        else:
+            pending.extend(values)
+
+    def _applied_soon(self) -> None:
+        if self._timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to come back on: applied now
+            self.flush()
+            return
+        self._timer = loop.call_later(FLUSH_SECONDS, self.flush)
+
+    def flush(self) -> None:
+        """Apply every pending figure to its Prometheus series."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        counts, values = self._counts, self._values
+        self._counts, self._values = {}, {}
+        for child, amount in counts.items():
+            child.inc(amount)
+        for child, observed in values.items():
+            observe_all(child, observed)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # `labels()` validates and looks up its arguments on every call (a few percent of a relayed

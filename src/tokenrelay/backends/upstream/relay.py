@@ -186,7 +186,7 @@ def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:
     if not message.data.strip():
         return []
     try:
-        chunk = loads(message.data)
+        chunk = loads(message.data) if message.raw is None else loads(message.raw, checked=True)
     except ValueError:
         raise NodeFailure("the node sent a chunk that is not JSON") from None
     if not isinstance(chunk, dict):

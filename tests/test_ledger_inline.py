@@ -259,3 +259,36 @@ def test_the_wal_is_checkpointed_through_the_engine_not_by_the_inline_writes(
     before, below_threshold, after = asyncio.run(scenario())
     assert below_threshold == before
     assert after > before
+
+
+def test_rows_that_arrive_during_a_write_wait_for_a_full_batch_or_the_interval(tmp_path: Path) -> None:
+    # A busy server writes large transactions: a few rows that came in while a batch was written are not a
+    # transaction of their own straight away (with two workers that made 46 rows a transaction on average).
+    async def scenario() -> tuple[list[int], int, list[int], int]:
+        async with database(tmp_path) as (engine, _path):
+            settings = AccountingSettings(ledger_flush_seconds=0.3, ledger_batch_size=10)
+            ledger = Ledger(engine, settings, SpillFiles(tmp_path, "s"))
+            sizes: list[int] = []
+            write = ledger._write
+
+            async def noted(batch: list[Any], inline_writer: Any) -> int:
+                sizes.append(len(batch))
+                if len(sizes) == 1:
+                    for call in calls(3):  # requests that end while the first batch is written
+                        ledger.record(call)
+                return await write(batch, inline_writer)
+
+            ledger._write = noted  # type: ignore[method-assign]
+            await ledger.start()
+            for call in calls(10):  # a full batch: written at once
+                ledger.record(call)
+            await asyncio.sleep(0.1)
+            early, pending = list(sizes), ledger.pending
+            await asyncio.sleep(0.4)  # the interval passes: the rest is written
+            late = list(sizes)
+            await ledger.close()
+            return early, pending, late, len(await rows(engine))
+
+    early, pending, late, written = asyncio.run(scenario())
+    assert early == [10] and pending == 3
+    assert late == [10, 3] and written == 13

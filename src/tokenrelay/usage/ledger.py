@@ -96,7 +96,7 @@ class Ledger:
     async def _run(self) -> None:
         while not (self._closing and not self._pending):
             await self._sleep()
-            await self._write_pending()
+            await self._write_pending(everything=self._closing)
 
     async def _sleep(self) -> None:
         delay = self.settings.ledger_flush_seconds
@@ -106,9 +106,15 @@ class Ledger:
             await asyncio.wait_for(self._wake.wait(), timeout=delay)
         self._wake.clear()
 
-    async def _write_pending(self) -> None:
+    async def _write_pending(self, everything: bool = True) -> None:
+        """Write what is queued. Unless `everything`, only a full batch is written after the first: rows
+        that arrive while a batch is written wait for the next wake (a full batch, a reservation, the
+        interval), so a busy server writes large transactions, not one after each few requests (46 rows
+        a transaction on average with two workers at 3,100 requests/s each, before this)."""
         async with self._writing:  # one batch at a time, so a flush() returns only once all is committed
-            while self._pending:
+            first = True
+            while self._pending and (everything or first or len(self._pending) >= self.settings.ledger_batch_size):
+                first = False
                 inline = self._inline if not self._failures else None  # a retry may find its rows written
                 limit = (
                     self.settings.ledger_max_rows if inline is None else min(self.settings.ledger_max_rows, MAX_ROWS)

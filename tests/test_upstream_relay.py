@@ -132,6 +132,16 @@ async def test_fields_the_event_model_lacks_are_relayed_and_collected(nodes: Fak
     assert body["choices"][0]["message"]["content"] == "Four."
 
 
+async def test_bytes_that_are_not_utf8_and_blank_data_lines_are_read_as_before(nodes: FakeNodes) -> None:
+    # The plain data events reach the JSON reader as bytes; what orjson refuses is read as text, as always:
+    # a byte that is not UTF-8 becomes U+FFFD, and a data line of blanks is no chunk at all.
+    text = b'{"choices": [{"index": 0, "delta": {"content": "a\xffb"}}]}'
+    stream = b"data: " + text + b"\n\ndata:  \n\n" + sse(chunk(finish="stop"), usage_chunk(2, 1))
+    events = await events_for(nodes, stream)
+    assert texts(events) == "a\ufffdb"
+    assert [e.reason for e in events if isinstance(e, Finish)] == ["stop"]
+
+
 @pytest.mark.parametrize("size", [7, 4096])
 async def test_integers_past_64_bits_from_a_node_stay_exact(nodes: FakeNodes, size: int) -> None:
     # orjson would read them as floats; whole reads and reads split inside the digits alike

@@ -18,5 +18,8 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "log_level": settings.log_level.lower(),
         "log_config": None,
         "access_log": False,
+        # uvicorn's X-Forwarded-* middleware rewrites each request's client address and scheme; tokenrelay
+        # reads neither (no access log, no absolute URLs), so the layer would only cost every request a call.
+        "proxy_headers": False,
         "timeout_graceful_shutdown": settings.shutdown_timeout,
     }

@@ -18,6 +18,7 @@ from tokenrelay.backends.base import Event
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
 from tokenrelay.backends.upstream.http1 import ConnectFailed, ReadTimeout, Reply, TransportError
+from tokenrelay.backends.upstream.sse_parse import Event as SSEEvent
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.wire import coalesced, usage_of
 from tokenrelay.config import UpstreamTimeouts
@@ -27,10 +28,11 @@ from tokenrelay.outbox import current_outbox
 log = logging.getLogger(__name__)
 
 _MAX_REASON = 300
+_DONE = b"[DONE]"
 Parser = Callable[[dict[str, Any], str], list[Event]]  # (chunk or body, "delta" | "message") → events
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # made per request: a frozen dataclass's __init__ costs 2.5x (object.__setattr__)
 class Exchange:
     path: str  # relative to the node's URL, e.g. "/chat/completions"
     body: dict[str, Any]
@@ -149,20 +151,22 @@ async def _stream_events(response: Reply, parse: Parser, clock: Clock) -> AsyncI
         chunk = await _next_chunk(response, stage)
         messages = decoder.feed(chunk) if chunk is not None else decoder.close()
         events: list[Event] = []
-        done = False
+        done = got = False
         failure: NodeFailure | None = None  # raised once what came before the bad chunk has gone out
         try:
             for message in messages:
-                if message.data == "[DONE]":
+                if message == _DONE or (type(message) is SSEMessage and message.data == "[DONE]"):
                     # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would
                     # wait with it) nor judged: a node that breaks its framing after [DONE] has still answered.
                     # The body's end usually came in the same read, and then the connection is reused.
                     done = True
                     break
-                stage = clock.bound(clock.next_gap(), "between chunks")
+                got = True
                 events.extend(_chunk_events(message, parse))
         except NodeFailure as exc:
             failure = exc
+        if got:  # the next chunk is due within the idle gap of this read's last one
+            stage = clock.bound(clock.next_gap(), "between chunks")
         if events and outbox is not None:
             # Paced from this node's first event on: before it, a failure passes the request to another
             # member (possibly the embedded engine, which never flushes), so nothing may be held for it.
@@ -182,17 +186,23 @@ async def _next_chunk(response: Reply, stage: Stage) -> bytes | None:
         raise _transport_failure(exc, stage) from None
 
 
-def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:
-    if not message.data.strip():
-        return []
-    try:
-        chunk = loads(message.data) if message.raw is None else loads(message.raw, checked=True)
-    except ValueError:
-        raise NodeFailure("the node sent a chunk that is not JSON") from None
+def _chunk_events(message: SSEEvent, parse: Parser) -> list[Event]:
+    if type(message) is bytes:  # the data of a plain `data:` event, ready for orjson (see `sse_parse.Event`)
+        try:
+            chunk = loads(message, checked=True)
+        except ValueError:  # no JSON, or no UTF-8: judged as the line-by-line reading would
+            return _chunk_events(SSEMessage(message.decode("utf-8", errors="replace")), parse)
+    else:
+        if not message.data.strip():
+            return []
+        try:
+            chunk = loads(message.data)
+        except ValueError:
+            raise NodeFailure("the node sent a chunk that is not JSON") from None
+        if message.event == "error" and isinstance(chunk, dict):
+            raise _reported_error(message.data.encode())
     if not isinstance(chunk, dict):
         raise NodeFailure("the node sent a chunk that is not a JSON object")
-    if message.event == "error":
-        raise _reported_error(message.data.encode())
     return _body_events(chunk, parse, "delta")
 
 

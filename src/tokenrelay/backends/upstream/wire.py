@@ -26,8 +26,15 @@ from tokenrelay.backends.base import (
 _MODELLED = frozenset({"role", "content", "tool_calls", "function_call"})
 
 
+# The fields of a chunk's delta that carry nothing but its text (and the role, implied by the endpoint).
+_TEXT_ONLY = frozenset({"role", "content"})
+
+
 def chat_events(body: dict[str, Any], key: str) -> list[Event]:
     """Events of a chat chunk (`key="delta"`) or a chat body (`key="message"`), usage excluded."""
+    text = _plain_text(body, key)
+    if text is not None:
+        return text
     events: list[Event] = []
     for choice in _choices(body):
         index = _int(choice.get("index"))
@@ -46,6 +53,25 @@ def chat_events(body: dict[str, Any], key: str) -> list[Event]:
         if choice.get("finish_reason"):
             events.append(Finish(index, str(choice["finish_reason"])))
     return events
+
+
+def _plain_text(body: dict[str, Any], key: str) -> list[Event] | None:
+    """The events of the usual stream chunk, one choice with text alone, as the loop below makes them;
+    None for any other chunk. Most of a stream is such chunks: read here with a handful of lookups rather
+    than every check below (about half the cost of a chunk's events)."""
+    choices = body.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("logprobs") is not None or choice.get("finish_reason"):
+        return None
+    message = choice.get(key)
+    if type(message) is not dict or not _TEXT_ONLY.issuperset(message):
+        return None
+    content = message.get("content")
+    if type(content) is not str:
+        return None if content else []  # a text that is not a string: the loop below decides
+    return [TextDelta(_int(choice.get("index")), content)] if content else []
 
 
 def completion_events(body: dict[str, Any]) -> list[Event]:

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from starlette.requests import HTTPConnection, Request
+from starlette.types import Scope
 
 from tokenrelay.errors import AuthenticationError, PermissionDenied
 
 
 def bearer_token(request: HTTPConnection) -> str | None:
-    header = request.headers.get("authorization", "")
+    return bearer_of(request.headers.get("authorization", ""))
+
+
+def scope_bearer_token(scope: Scope) -> str | None:
+    """`bearer_token` of the request of an ASGI scope, read from its header list (whose names are lower case)
+    without the `Headers` object a connection builds."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return bearer_of(value.decode("latin-1"))
+    return None
+
+
+def bearer_of(header: str) -> str | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None

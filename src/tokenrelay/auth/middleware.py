@@ -6,9 +6,9 @@ nothing about which paths exist) and streams pass through untouched.
 
 from __future__ import annotations
 
-from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tokenrelay.adminauth import scope_bearer_token
 from tokenrelay.errors import APIError, error_response
 
 PROTECTED = "/v1"
@@ -24,7 +24,7 @@ async def authenticate(scope: Scope) -> None:
     """Put the caller's `Principal` in the request state; `APIError` (401, or 503) when there is none.
     Shared by this middleware and the generation lane (`tokenrelay.api.fastlane`)."""
     verifier = scope["app"].state.services.verifier
-    principal = await verifier.authenticate(HTTPConnection(scope))
+    principal = await verifier.authenticate(scope_bearer_token(scope))
     scope.setdefault("state", {})["principal"] = principal
 
 

@@ -9,9 +9,7 @@ from typing import TypeVar
 
 from async_lru import alru_cache
 from sqlalchemy.exc import SQLAlchemyError
-from starlette.requests import HTTPConnection
 
-from tokenrelay.adminauth import bearer_token
 from tokenrelay.auth.keysecrets import hash_secret, looks_like_key, same_hash
 from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
@@ -94,9 +92,9 @@ class KeyVerifier:
             return None
         return principal
 
-    async def authenticate(self, request: HTTPConnection) -> Principal:
-        """The caller of a `/v1` request; anonymous while the server runs open."""
-        token = bearer_token(request)
+    async def authenticate(self, token: str | None) -> Principal:
+        """The caller of a `/v1` request that sent `token` as its bearer token (None: no usable one);
+        anonymous while the server runs open."""
         if token is None:
             if not await self.auth_required():
                 return ANONYMOUS

@@ -1,0 +1,221 @@
+"""Where a relayed request's CPU goes: tokenrelay's app driven in-process, with parts of it switched off.
+
+Run from a checkout: `python benchmarks/breakdown.py` (no wrk needed). It starts the mock node
+(`benchmarks/mock_node.py`) as its own process, builds tokenrelay's ASGI app in this one with a real key and
+the SQLite ledger, and calls the app directly (no uvicorn, no client sockets) from `--concurrency` tasks, for
+non-streamed and streamed chat completions, in three set-ups, side by side:
+- `full`: the app as served, relaying to the mock node;
+- `canned node`: the node exchange replaced by the mock's own answer, parsed by tokenrelay's reader of node
+  chunks and bodies (so no node client, no system calls, no request waiting on the loop);
+- `canned, no observers`: as above, and the finished call is not logged, counted in metrics or written to the
+  ledger.
+The figures are this process's CPU time per request (`time.process_time`, user and system), so the mock node's
+own work is not in them. The differences between the columns are the cost of the node exchange and of the
+three observers. Not part of the test run: figures depend on the machine and on whatever else it is doing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import gateway  # a sibling script, found through the path above
+import mock_node
+
+Scope = dict[str, Any]
+SETUPS = ("full", "canned node", "canned, no observers")
+
+
+def request_body(stream: bool) -> bytes:
+    return json.dumps({"model": "bench", "messages": gateway.MESSAGES, "max_tokens": 16, "stream": stream}).encode()
+
+
+def scope_for(body: bytes, key: str) -> Scope:
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"authorization", f"Bearer {key}".encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+        "scheme": "http",
+        "method": "POST",
+        "root_path": "",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "headers": headers,
+    }
+
+
+async def call(app: Callable[..., Any], body: bytes, key: str) -> int:
+    """One request through the app, as uvicorn would make it; its status."""
+    finished = asyncio.Event()
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        await finished.wait()  # the server answers a pending receive once the response is complete
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        status = message.get("status", status)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            finished.set()
+
+    await app(scope_for(body, key), receive, send)
+    return status
+
+
+async def measure(app: Callable[..., Any], body: bytes, key: str, requests: int, concurrency: int) -> float:
+    """CPU microseconds of this process per request, over `requests` made by `concurrency` tasks."""
+    for _ in range(1000):  # warm-up: connections, caches, the key lookup
+        assert await call(app, body, key) == 200
+    left = requests
+
+    async def client() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            assert await call(app, body, key) == 200
+
+    started = time.process_time()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return (time.process_time() - started) / requests * 1e6
+
+
+@contextmanager
+def canned_node() -> Iterator[None]:
+    """Node exchanges answered in-process with the mock node's bytes, read by tokenrelay's own reader."""
+    from tokenrelay.backends.upstream import members, relay
+    from tokenrelay.backends.upstream.sse_parse import SSEDecoder
+    from tokenrelay.backends.upstream.wire import coalesced
+    from tokenrelay.jsonbytes import dumps, loads
+
+    answer = loads(mock_node.COMPLETION)
+
+    async def canned(client: Any, exchange: Any, headers: Any, timeouts: Any) -> AsyncIterator[Any]:
+        dumps(exchange.body)  # what the relay encodes before it sends
+        if not exchange.stream:
+            for event in relay._body_events(dict(answer), exchange.parse, "message"):
+                yield event
+            return
+        events = []
+        for message in SSEDecoder().feed(mock_node.STREAM):
+            if message == b"[DONE]":
+                break
+            events.extend(relay._chunk_events(message, exchange.parse))
+        for event in coalesced(events):
+            yield event
+
+    original = members.relay
+    members.relay = canned  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        members.relay = original
+
+
+@contextmanager
+def no_observers() -> Iterator[None]:
+    from tokenrelay.services import Services
+
+    original = Services.end_call
+
+    def unobserved(self: Services, call: Any) -> None:
+        call.reported = True
+
+    Services.end_call = unobserved  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Services.end_call = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def setup(name: str) -> Iterator[None]:
+    if name == "full":
+        yield
+        return
+    with canned_node():
+        if name == "canned node":
+            yield
+            return
+        with no_observers():
+            yield
+
+
+async def run(port: int, data: Path, key: str, requests: int, concurrency: int) -> dict[tuple[str, bool], float]:
+    from tokenrelay.app import create_app
+    from tokenrelay.config import Settings
+
+    upstream = {"url": f"http://127.0.0.1:{port}/v1", "name": "mock", "model": "mock"}
+    settings = Settings(data_dir=str(data), models=[{"id": "bench", "upstreams": [upstream]}])
+    app = create_app(settings)
+    results = {}
+    async with app.app.router.lifespan_context(app.app):
+        for name in SETUPS:
+            for stream in (False, True):
+                with setup(name):
+                    results[(name, stream)] = await measure(app, request_body(stream), key, requests, concurrency)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=20000, help="requests per cell")
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args()
+    import uvloop
+
+    from tokenrelay.logsetup import configure_logging
+
+    with tempfile.TemporaryDirectory(prefix="tokenrelay-breakdown-") as work:
+        data = Path(work)
+        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+        key = gateway.create_key(["--data-dir", str(data)], env)
+        port = gateway.free_port()
+        node = [sys.executable, str(Path(__file__).resolve().parent / "mock_node.py"), "--port", str(port)]
+        with gateway.process(node, data / "mock-node.log") as proc:
+            gateway.wait_until_serving(
+                gateway.Target("direct", f"http://127.0.0.1:{port}/v1/chat/completions", "m"), data / "mock-node.log"
+            )
+            # Request log lines go to a file, as a server's go to its log, not to this terminal.
+            log = (data / "tokenrelay.log").open("w")
+            saved = os.dup(2)
+            os.dup2(log.fileno(), 2)
+            try:
+                configure_logging("info")
+                results = uvloop.run(run(port, data, key, args.requests, args.concurrency))
+            finally:
+                os.dup2(saved, 2)
+            assert proc.poll() is None
+    print(f"CPU us per request in this process; {args.requests} requests per cell, {args.concurrency} concurrent")
+    print(f"{'':<8}" + "".join(f"{name:>24}" for name in SETUPS))
+    for stream in (False, True):
+        print(f"{'stream' if stream else 'json':<8}" + "".join(f"{results[(n, stream)]:>24.0f}" for n in SETUPS))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -114,19 +114,17 @@ def canned_node() -> Iterator[None]:
 
     answer = loads(mock_node.COMPLETION)
 
-    async def canned(client: Any, exchange: Any, headers: Any, timeouts: Any) -> AsyncIterator[Any]:
+    async def canned(client: Any, exchange: Any, headers: Any, timeouts: Any, meter: Any) -> AsyncIterator[Any]:
         dumps(exchange.body)  # what the relay encodes before it sends
-        if not exchange.stream:
-            for event in relay._body_events(dict(answer), exchange.parse, "message"):
-                yield event
-            return
-        events = []
-        for message in SSEDecoder().feed(mock_node.STREAM):
-            if message == b"[DONE]":
-                break
-            events.extend(relay._chunk_events(message, exchange.parse))
-        for event in coalesced(events):
+        if exchange.stream:
+            events: list[Any] = []
+            relay._read_messages(SSEDecoder().feed(mock_node.STREAM), exchange.parse, events)
+            events = coalesced(events)
+        else:
+            events = relay._body_events(dict(answer), exchange.parse, "message")
+        for event in meter.passed(events):
             yield event
+        yield meter.usage()
 
     original = members.relay
     members.relay = canned  # type: ignore[assignment]

@@ -17,7 +17,7 @@ from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
-from tokenrelay.backends.upstream.metering import Meter, TokenCounter, metered
+from tokenrelay.backends.upstream.metering import Meter, TokenCounter
 from tokenrelay.backends.upstream.relay import Exchange, relay
 from tokenrelay.backends.upstream.router import Load
 from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
@@ -97,7 +97,7 @@ class Node:
     def events(self, request: Request, request_id: str) -> AsyncIterator[Event]:
         exchange = self._exchange(request)
         headers = trace_headers(request_id)
-        return metered(relay(self.client, exchange, headers, self.routing.timeouts), Meter(request, self.counter))
+        return relay(self.client, exchange, headers, self.routing.timeouts, Meter(request, self.counter))
 
     def _exchange(self, request: Request) -> Exchange:
         if isinstance(request, ChatCompletionRequest):

@@ -6,11 +6,9 @@ whatever chunk the node put it in.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
 from tokenrelay.backends.base import Event, TextDelta, TextRun, ToolCallDelta, Usage
-from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -85,7 +83,19 @@ class Meter:
         elif isinstance(event, ToolCallDelta):
             self.pieces.append((event.name or "") + event.arguments)
 
+    def passed(self, events: list[Event]) -> list[Event]:
+        """The events to pass on: a node's usage is kept for the end (`usage`), every other event watched."""
+        kept = []
+        for event in events:
+            if isinstance(event, Usage):
+                self.reported = event
+            else:
+                self.saw(event)
+                kept.append(event)
+        return kept
+
     def usage(self) -> Usage:
+        """The node's usage, or an estimate from what it sent when it reported none."""
         if self.reported is not None:
             return self.reported
         return Usage(
@@ -93,21 +103,3 @@ class Meter:
             completion_tokens=self.counter.count("".join(self.pieces)),
             estimated=True,
         )
-
-
-async def metered(events: AsyncIterator[Event], meter: Meter) -> AsyncIterator[Event]:
-    """Pass events on with the usage last: the node's, or an estimate; also when the node fails mid-way."""
-    started = False
-    try:
-        async for event in events:
-            if isinstance(event, Usage):
-                meter.reported = event
-                continue
-            meter.saw(event)
-            started = True
-            yield event
-    except NodeFailure:
-        if started:  # the client has part of an answer: the ledger records what was sent
-            yield meter.usage()
-        raise
-    yield meter.usage()

@@ -20,6 +20,7 @@ from tokenrelay.backends.upstream.metering import EngineCounter
 from tokenrelay.calls import Call
 from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings, UpstreamSettings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
+from tokenrelay.finished import FinishedCalls
 from tokenrelay.metrics import Metrics
 from tokenrelay.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.protocol.common import GenerationRequest
@@ -41,6 +42,7 @@ class Services:
     accounting: Accounting = field(init=False)
     nodes: NodeSync = field(init=False)
     worker: int | None = field(init=False)  # this process's pid when it is one of several workers
+    finished: FinishedCalls = field(init=False)
 
     def __post_init__(self) -> None:
         several = self.settings.workers > 1
@@ -49,6 +51,7 @@ class Services:
         self.accounting = Accounting(self.settings)
         store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
         self.nodes = NodeSync(store, self, self.settings.routing.registry_sync_seconds)
+        self.finished = FinishedCalls([self._log_call, self.metrics.observe, self.accounting.end])
 
     @property
     def verifier(self) -> KeyVerifier:
@@ -107,7 +110,9 @@ class Services:
     async def close(self) -> None:
         # uvicorn has already waited (bounded by shutdown_timeout) for in-flight requests and cancelled the
         # rest; give the cancelled ones a moment to record themselves before the ledger's final flush.
+        self.finished.flush()
         await self.accounting.drain(timeout=5.0)
+        self.finished.flush()  # what the calls that unwound during the drain left
         await self.nodes.close()
         for backend in self.registry.all():
             await backend.close()
@@ -139,12 +144,14 @@ class Services:
         return self.registry.get(model_id)
 
     def end_call(self, call: Call) -> None:
+        """Report a finished call (once, however often it is called) to the log, metrics and ledger."""
         if call.reported:
             return
         call.reported = True
+        self.finished.add(call)
+
+    def _log_call(self, call: Call) -> None:
         log_call(call, self.worker)
-        self.metrics.observe(call)
-        self.accounting.end(call)
 
     def ready(self) -> bool:
         backends = self.registry.all()

@@ -6,6 +6,7 @@ import asyncio
 import gc
 
 from event_loops import ON_BOTH_LOOPS
+from tokenrelay.deadlines import Deadlines
 from tokenrelay.disconnect import WATCH_AFTER_SECONDS, DisconnectWatch
 
 pytestmark = ON_BOTH_LOOPS
@@ -29,7 +30,7 @@ def serving(peer: Peer, outcome: list[str]) -> asyncio.Task[None]:
     """A request's task waiting under a watch; notes whether its cancellation was the client leaving."""
 
     async def serve() -> None:
-        with DisconnectWatch(peer.receive) as watch:
+        with DisconnectWatch(peer.receive, Deadlines()) as watch:
             try:
                 await asyncio.sleep(10)
             except asyncio.CancelledError:
@@ -65,7 +66,7 @@ async def test_after_the_watch_the_watcher_ends_by_itself_without_cancelling_any
     watchers: list[asyncio.Future[None]] = []
 
     async def serve() -> str:
-        with DisconnectWatch(peer.receive) as watch:
+        with DisconnectWatch(peer.receive, Deadlines()) as watch:
             await asyncio.sleep(WATCH_AFTER_SECONDS + 0.02)  # long enough for the watcher to start
             watchers.append(watch._watcher)
         await asyncio.sleep(0.01)  # the response goes out after the watch
@@ -92,7 +93,7 @@ async def test_a_client_that_left_before_the_watcher_started_is_noticed_when_it_
 async def test_a_short_watch_starts_no_watcher_task() -> None:
     peer = Peer()
     before = len(asyncio.all_tasks())
-    with DisconnectWatch(peer.receive) as watch:
+    with DisconnectWatch(peer.receive, Deadlines()) as watch:
         await asyncio.sleep(0)
         during = len(asyncio.all_tasks())
     await asyncio.sleep(WATCH_AFTER_SECONDS + 0.02)  # the cancelled timer never fires
@@ -103,7 +104,7 @@ async def test_a_short_watch_starts_no_watcher_task() -> None:
 async def test_a_watched_request_leaves_no_cyclic_garbage() -> None:
     async def serve(watch_for: float) -> None:
         peer = Peer()
-        with DisconnectWatch(peer.receive):
+        with DisconnectWatch(peer.receive, Deadlines()):
             await asyncio.sleep(watch_for)
         peer.leave()
         await asyncio.sleep(0.01)

@@ -16,6 +16,7 @@ from tokenrelay.backends.base import Event, Finish, TextDelta
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.members import EmbeddedMember
 from tokenrelay.config import RoutingSettings, UpstreamHealth, UpstreamSettings
+from tokenrelay.deadlines import Deadlines
 from tokenrelay.outbox import Outbox
 from tokenrelay.render.chat import ChatChunker
 from tokenrelay.render.common import ResponseMeta
@@ -41,7 +42,7 @@ META = ResponseMeta(id="chatcmpl-1", created=0, model="m", system_fingerprint="f
 
 async def writes_of(events: AsyncIterator[Event]) -> list[list[bytes]]:
     """Serve the events as an SSE response; the frames of each body message, in order."""
-    response = await streamed(ChatChunker(META, want_logprobs=False).chunks(events))
+    response = await streamed(ChatChunker(META, want_logprobs=False).chunks(events), Deadlines())
     bodies: list[dict[str, Any]] = []
     done = asyncio.Event()
 

@@ -24,18 +24,23 @@ from typing import Any
 
 from starlette.types import Receive
 
+from tokenrelay.deadlines import Alarm, Deadlines
+
 WATCH_AFTER_SECONDS = 0.05
 
 
 class DisconnectWatch:
     """Watches `receive` for the task that makes it; use as a context manager around the serving."""
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, deadlines: Deadlines) -> None:
+        """`deadlines`: the server's (`Services.deadlines`), which start the watcher about
+        `WATCH_AFTER_SECONDS` from now (a coarse timer: see `tokenrelay.deadlines`)."""
         self._task: asyncio.Task[Any] = asyncio.current_task()  # type: ignore[assignment]  # always in a request's task
         self._receive = receive
         self._watching = True
         self._watcher: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = self._task.get_loop().call_later(WATCH_AFTER_SECONDS, self._start)
+        start = self._task.get_loop().time() + WATCH_AFTER_SECONDS
+        self._timer: Alarm | None = deadlines.call_at(start, DisconnectWatch._start, self)
 
     def __enter__(self) -> DisconnectWatch:
         return self
@@ -43,11 +48,11 @@ class DisconnectWatch:
     def __exit__(self, *exc: object) -> None:
         self._watching = False  # a disconnect from now on is the response's own end, or too late to matter
         if self._timer is not None:
-            self._timer.cancel()  # a cancelled handle drops its callback: no cycle through `_start` is left
+            self._timer.cancel()  # a cancelled alarm drops its callback: no reference to this watch is left
             self._timer = None
 
     def _start(self) -> None:
-        self._timer = None  # the fired handle still holds `_start`, and so this watch: let it go
+        self._timer = None
         self._watcher = self._task.get_loop().create_task(self._watch(self._receive))
 
     def gone(self) -> bool:

@@ -11,6 +11,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from tokenrelay.calls import aclose_quietly
+from tokenrelay.deadlines import Deadlines
 from tokenrelay.disconnect import DisconnectWatch
 from tokenrelay.errors import APIError
 from tokenrelay.jsonbytes import dumps
@@ -55,15 +56,16 @@ class EventStream(StreamingResponse):
     spec 2.3); one watcher task (`DisconnectWatch`) does the same for less. Frames go out through an
     `Outbox`, which writes a paced producer's frames once per node read (see `tokenrelay.outbox`)."""
 
-    def __init__(self, chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox) -> None:
+    def __init__(self, chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox, deadlines: Deadlines) -> None:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         super().__init__(chunks, media_type="text/event-stream", headers=headers)
         self.first = first
         self.outbox = outbox
+        self.deadlines = deadlines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         chunks, outbox = self.body_iterator, self.outbox
-        with DisconnectWatch(receive) as watch:
+        with DisconnectWatch(receive, self.deadlines) as watch:
             try:
                 await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
                 outbox.attach(send)
@@ -79,5 +81,7 @@ class EventStream(StreamingResponse):
         await outbox.close()
 
 
-def stream_response(chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox) -> EventStream:
-    return EventStream(chunks, first, outbox)
+def stream_response(
+    chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox, deadlines: Deadlines
+) -> EventStream:
+    return EventStream(chunks, first, outbox, deadlines)

@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 from tokenrelay.api.parsing import parse_body
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.calls import Call, ClientGone, current_call, observed, record_failure
+from tokenrelay.deadlines import Deadlines
 from tokenrelay.disconnect import DisconnectWatch
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.outbox import Outbox, current_outbox
@@ -64,8 +65,8 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         report = services.end_call if body.stream else _later
         events = observed(endpoint.events(backend, body, call.request_id), call, report)
         if body.stream:
-            return await streamed(endpoint.chunks(body, meta, events))
-        answer = endpoint.body(body, meta, await collected(request, events))
+            return await streamed(endpoint.chunks(body, meta, events), services.deadlines)
+        answer = endpoint.body(body, meta, await collected(request, events, services.deadlines))
         return ReportedResponse(answer, report=lambda: services.end_call(call))
     except ClientGone as exc:
         record_failure(call, exc)
@@ -77,13 +78,13 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         raise
 
 
-async def streamed(chunks: AsyncIterator[Chunk]) -> Response:
+async def streamed(chunks: AsyncIterator[Chunk], deadlines: Deadlines) -> Response:
     # Errors raised before the first chunk (validation inside the backend, a full queue) keep their HTTP
     # status; later ones become an SSE error event followed by [DONE].
     outbox = Outbox()
     current_outbox.set(outbox)  # before the backend starts: a paced producer finds it (see `tokenrelay.outbox`)
     first = await anext(chunks, None)
-    return stream_response(chunks, first, outbox)
+    return stream_response(chunks, first, outbox, deadlines)
 
 
 def _later(call: Call) -> None:
@@ -107,9 +108,9 @@ class ReportedResponse(JSONResponse):
             self._report()
 
 
-async def collected(request: Request, events: AsyncIterator[Event]) -> Collected:
+async def collected(request: Request, events: AsyncIterator[Event], deadlines: Deadlines) -> Collected:
     """Gather a non-streamed response, abandoning the generation if the client goes away."""
-    with DisconnectWatch(request.receive) as watch:
+    with DisconnectWatch(request.receive, deadlines) as watch:
         try:
             return await collect(events)
         except asyncio.CancelledError:

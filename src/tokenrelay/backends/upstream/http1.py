@@ -26,6 +26,8 @@ from urllib.parse import unquote, urlsplit
 
 import httptools
 
+from tokenrelay.deadlines import Deadlines
+
 # Idle connections are dropped before common servers drop them (uvicorn, so vLLM and SGLang: 5 s), so a
 # request is not sent down a connection the node is closing.
 KEEPALIVE_SECONDS = 4.0
@@ -116,7 +118,7 @@ class Reply:
                 return None
             self._waiter = asyncio.get_running_loop().create_future()
             try:
-                await until(self._waiter, deadline)
+                await until(self._waiter, deadline, self._connection.pool.deadlines)
             finally:
                 self._waiter = None
         piece = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
@@ -271,6 +273,7 @@ class Pool:
         self._idle: deque[_Connection] = deque()
         self._ssl = ssl.create_default_context() if self.origin.tls else None
         self._closed = False
+        self.deadlines = Deadlines()  # the exchanges' time limits
 
     async def request(
         self,
@@ -290,7 +293,7 @@ class Pool:
         head += f"Content-Length: {len(body)}\r\n\r\n" if method != "GET" else "\r\n"
         connection = self._idle_connection() or await self._connect(deadline)
         try:
-            return await until(connection.send(head.encode("latin-1") + body), deadline)
+            return await until(connection.send(head.encode("latin-1") + body), deadline, self.deadlines)
         except BaseException:
             connection.finish(connection.reply, reusable=False)
             raise
@@ -344,19 +347,20 @@ class Pool:
         return connection
 
 
-async def until(future: asyncio.Future[T], deadline: float | None) -> T:
-    """Await `future`, failing it with `ReadTimeout` at `deadline` (loop time).
+async def until(future: asyncio.Future[T], deadline: float | None, deadlines: Deadlines) -> T:
+    """Await `future`, failing it with `ReadTimeout` at `deadline` (loop time; `tokenrelay.deadlines`, so up to
+    its resolution late).
 
-    A timer that fails the future rather than `asyncio.timeout`, which cancels the whole task: no
-    cancellation to tell apart from a real one, and about a fifth of the cost (the node answers well within
-    its deadline on nearly every exchange)."""
+    A deadline that fails the future rather than `asyncio.timeout`, which cancels the whole task: no
+    cancellation to tell apart from a real one, and much cheaper (the node answers well within its deadline
+    on nearly every exchange)."""
     if deadline is None:
         return await future
-    timer = asyncio.get_running_loop().call_at(deadline, _expire, future)
+    alarm = deadlines.call_at(deadline, _expire, future)
     try:
         return await future
     finally:
-        timer.cancel()
+        alarm.cancel()
 
 
 def _expire(future: asyncio.Future[Any]) -> None:

@@ -1,0 +1,81 @@
+"""`FinishedCalls`: a loop turn's finished calls reach every observer, once each, observer by observer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from event_loops import ON_BOTH_LOOPS
+from tokenrelay.calls import Call
+from tokenrelay.finished import FinishedCalls, Observer
+
+
+def calls(n: int) -> list[Call]:
+    return [Call(request_id=f"r{i}", endpoint="chat.completions", model="m") for i in range(n)]
+
+
+def recording(seen: list[tuple[str, str]], name: str) -> Observer:
+    return lambda call: seen.append((name, call.request_id))
+
+
+def on_both_loops(test: Callable[..., Any]) -> Callable[..., Any]:
+    for mark in ON_BOTH_LOOPS:
+        test = mark(test)
+    return test
+
+
+@on_both_loops
+async def test_the_calls_of_a_turn_are_reported_in_the_next_turn_observer_by_observer() -> None:
+    seen: list[tuple[str, str]] = []
+    finished = FinishedCalls([recording(seen, "log"), recording(seen, "ledger")])
+    for call in calls(3):
+        finished.add(call)
+    assert seen == []  # not inside the request's own turn
+    await asyncio.sleep(0)
+    assert seen == [("log", "r0"), ("log", "r1"), ("log", "r2"), ("ledger", "r0"), ("ledger", "r1"), ("ledger", "r2")]
+    finished.add(calls(1)[0])
+    await asyncio.sleep(0)
+    assert seen[-2:] == [("log", "r0"), ("ledger", "r0")]  # a later turn's calls get a report of their own
+
+
+@on_both_loops
+async def test_a_failing_observer_costs_no_other_call_or_observer_its_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def failing(call: Call) -> None:
+        if call.request_id == "r0":
+            raise RuntimeError("boom")
+        seen.append(("metrics", call.request_id))
+
+    finished = FinishedCalls([failing, recording(seen, "ledger")])
+    with caplog.at_level(logging.ERROR, logger="tokenrelay.finished"):
+        for call in calls(2):
+            finished.add(call)
+        await asyncio.sleep(0)
+    assert seen == [("metrics", "r1"), ("ledger", "r0"), ("ledger", "r1")]
+    assert "reporting a finished call failed" in caplog.text
+
+
+@on_both_loops
+async def test_flush_reports_what_is_gathered_at_once_and_the_turn_finds_nothing_left() -> None:
+    seen: list[tuple[str, str]] = []
+    finished = FinishedCalls([recording(seen, "ledger")])
+    for call in calls(2):
+        finished.add(call)
+    finished.flush()  # what a shutdown does before the ledger's last write
+    assert seen == [("ledger", "r0"), ("ledger", "r1")]
+    await asyncio.sleep(0)
+    assert len(seen) == 2
+
+
+def test_outside_a_running_loop_a_call_is_reported_at_once() -> None:
+    seen: list[tuple[str, str]] = []
+    finished = FinishedCalls([recording(seen, "log"), recording(seen, "ledger")])
+    finished.add(calls(1)[0])
+    assert seen == [("log", "r0"), ("ledger", "r0")]

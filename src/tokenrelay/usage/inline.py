@@ -26,9 +26,11 @@ from __future__ import annotations
 import operator
 import sqlite3
 from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import partial
 from typing import Any
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import DateTime, bindparam, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL
 
@@ -123,4 +125,16 @@ def _converters(dialect: sqlite.dialect, columns: Sequence[str]) -> list[tuple[i
 
 def _processor(dialect: sqlite.dialect, column: str) -> Callable[[Any], Any] | None:
     # The dialect's own type (SQLite's DATETIME writes text in SQLAlchemy's format); the generic type has none.
-    return usage.c[column].type.dialect_impl(dialect).bind_processor(dialect)
+    process = usage.c[column].type.dialect_impl(dialect).bind_processor(dialect)
+    if process is None or not isinstance(usage.c[column].type, DateTime):
+        return process
+    return partial(_datetime_text, process)
+
+
+def _datetime_text(process: Callable[[Any], Any], value: Any) -> Any:
+    """SQLite's DATETIME text of a naive datetime, "YYYY-MM-DD HH:MM:SS.ffffff", as `process` (SQLAlchemy's)
+    writes it, in a third of the time (one C call instead of a Python `%` format); anything else as `process`
+    has it. `test_inline_rows_are_stored_exactly_as_the_engine_stores_them` compares the two."""
+    if type(value) is datetime and value.tzinfo is None:
+        return value.isoformat(" ", "microseconds")
+    return process(value)

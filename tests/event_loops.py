@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 ON_BOTH_LOOPS = [
@@ -10,3 +13,10 @@ ON_BOTH_LOOPS = [
         "anyio_backend", [("asyncio", {}), ("asyncio", {"use_uvloop": True})], ids=["asyncio", "uvloop"]
     ),
 ]
+
+
+def on_both_loops(test: Callable[..., Any]) -> Callable[..., Any]:
+    """`ON_BOTH_LOOPS` for one test, in a module whose other tests are not async."""
+    for mark in ON_BOTH_LOOPS:
+        test = mark(test)
+    return test

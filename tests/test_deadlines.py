@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from event_loops import ON_BOTH_LOOPS
-from tokenrelay.deadlines import RESOLUTION, Deadlines
-
-pytestmark = ON_BOTH_LOOPS
+from event_loops import on_both_loops
+from tokenrelay.deadlines import RESOLUTION, Deadlines, slot_of
 
 
+@on_both_loops
 async def test_a_deadline_fires_at_its_time_or_within_one_resolution_after() -> None:
     loop = asyncio.get_running_loop()
     deadlines, fired = Deadlines(), asyncio.Event()
@@ -25,6 +24,7 @@ async def test_a_deadline_fires_at_its_time_or_within_one_resolution_after() -> 
     assert when <= at[0] < when + RESOLUTION + 0.05  # the slot's end, give or take a busy machine's delay
 
 
+@on_both_loops
 async def test_a_cancelled_deadline_never_fires_and_its_neighbours_still_do() -> None:
     loop = asyncio.get_running_loop()
     deadlines, fired = Deadlines(), []
@@ -36,6 +36,7 @@ async def test_a_cancelled_deadline_never_fires_and_its_neighbours_still_do() ->
     kept.cancel()  # after firing: nothing to take back, no error
 
 
+@on_both_loops
 async def test_deadlines_of_one_slot_share_one_loop_timer() -> None:
     loop = asyncio.get_running_loop()
     deadlines, fired = Deadlines(), []
@@ -48,6 +49,7 @@ async def test_deadlines_of_one_slot_share_one_loop_timer() -> None:
     assert deadlines._slots == {}
 
 
+@on_both_loops
 async def test_a_failing_callback_does_not_keep_the_others_of_its_slot_from_firing() -> None:
     loop = asyncio.get_running_loop()
     reported: list[dict[str, object]] = []
@@ -68,6 +70,7 @@ async def test_a_failing_callback_does_not_keep_the_others_of_its_slot_from_firi
         loop.set_exception_handler(None)
 
 
+@on_both_loops
 async def test_a_callback_may_cancel_another_deadline_of_its_own_slot() -> None:
     loop = asyncio.get_running_loop()
     deadlines, fired = Deadlines(), []
@@ -83,3 +86,13 @@ async def test_a_callback_may_cancel_another_deadline_of_its_own_slot() -> None:
     second = deadlines.call_at(when, fired.append, "second")
     await asyncio.sleep(0.01 + 2 * RESOLUTION + 0.02)
     assert fired == ["first", "second"]
+
+
+def test_a_deadline_far_ahead_fires_at_most_a_hundredth_of_its_wait_late_and_far_ones_share_few_slots() -> None:
+    now = 10_000.0
+    for ahead in (0.001, 0.05, 1.99, 2.0, 7.3, 60.0, 120.0, 900.0, 86_400.0):
+        _, end = slot_of(now + ahead, now)
+        assert now + ahead <= end <= now + ahead + max(RESOLUTION, ahead / 100)
+    # A busy server's 900 s limits, one made every millisecond for a minute, and its 60 s gaps likewise.
+    keys = {slot_of(now + t / 1000 + limit, now + t / 1000)[0] for t in range(60_000) for limit in (60.0, 900.0)}
+    assert len(keys) < 400  # against 120,000 loop timers, one per deadline

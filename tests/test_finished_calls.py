@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
-from event_loops import ON_BOTH_LOOPS
+from event_loops import on_both_loops
 from tokenrelay.calls import Call
 from tokenrelay.finished import FinishedCalls, Observer
 
@@ -20,12 +18,6 @@ def calls(n: int) -> list[Call]:
 
 def recording(seen: list[tuple[str, str]], name: str) -> Observer:
     return lambda call: seen.append((name, call.request_id))
-
-
-def on_both_loops(test: Callable[..., Any]) -> Callable[..., Any]:
-    for mark in ON_BOTH_LOOPS:
-        test = mark(test)
-    return test
 
 
 @on_both_loops

@@ -1,23 +1,36 @@
-"""Coarse timers for deadlines that almost never fire: one loop timer per `RESOLUTION` of loop time.
+"""Coarse timers for deadlines that almost never fire: one loop timer per slot of loop time, not per deadline.
 
 Every node exchange waits under a deadline (first byte, idle gap, overall limit) and every request's
 disconnect watcher starts after a delay; each was a loop timer armed and then cancelled, 2.1-3.4 us apiece
 with uvloop (a libuv timer made, started, stopped and closed; measured here), for a few of them per relayed
 request. Here a deadline joins the slot its time falls in: the first deadline of a slot arms the slot's one
-loop timer, for the slot's end, and cancelling a deadline only takes it out of its slot. A busy server arms
-about a hundred loop timers a second this way instead of one per deadline, and a deadline fires at most
-`RESOLUTION` late: nothing against limits of seconds, or a watcher meant to start "after about 50 ms".
+loop timer, for the slot's end, and cancelling a deadline only takes it out of its slot. Slots are `RESOLUTION`
+wide for deadlines up to two seconds ahead and wider the further ahead a deadline is (a power of two times
+`RESOLUTION`, at most a hundredth of the wait), so a deadline fires at most `RESOLUTION` or 1% of its wait late
+(a watcher meant to start "after about 50 ms", a 900 s limit up to 9 s late) and the slots alive at once stay
+few: one to two hundred per width in use, however busy the server, instead of a loop timer per
+deadline (several thousand a second).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import Any
 
 RESOLUTION = 0.01  # seconds
 
 Slot = dict["Alarm", tuple[Callable[[Any], None], Any]]
+
+
+def slot_of(when: float, now: float) -> tuple[tuple[int, int], float]:
+    """The slot of a deadline at `when` set at `now`, as (its width's exponent, its number), and its end."""
+    ahead = when - now
+    exponent = 0 if ahead < 200 * RESOLUTION else math.frexp(ahead / (100 * RESOLUTION))[1] - 1
+    width = math.ldexp(RESOLUTION, exponent)
+    number = int(when / width) + 1  # the slot ends at number * width, at or after `when`
+    return (exponent, number), number * width
 
 
 class Alarm:
@@ -40,24 +53,24 @@ class Deadlines:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._slots: dict[int, Slot] = {}
+        self._slots: dict[tuple[int, int], Slot] = {}
 
     def call_at(self, when: float, callback: Callable[[Any], None], argument: Any) -> Alarm:
         """`callback(argument)` at loop time `when`, or up to `RESOLUTION` later, unless cancelled first."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._slots = loop, {}
-        number = int(when / RESOLUTION) + 1  # the slot ends at number * RESOLUTION, at or after `when`
-        slot = self._slots.get(number)
+        key, end = slot_of(when, loop.time())
+        slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[number] = {}
-            loop.call_at(number * RESOLUTION, self._fire, number)
+            slot = self._slots[key] = {}
+            loop.call_at(end, self._fire, key)
         alarm = Alarm(slot)
         slot[alarm] = (callback, argument)
         return alarm
 
-    def _fire(self, number: int) -> None:
-        slot = self._slots.pop(number, None)
+    def _fire(self, key: tuple[int, int]) -> None:
+        slot = self._slots.pop(key, None)
         if not slot:
             return
         due = list(slot.values())

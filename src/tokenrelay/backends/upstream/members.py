@@ -20,7 +20,7 @@ from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
 from tokenrelay.backends.upstream.metering import Meter, TokenCounter
 from tokenrelay.backends.upstream.relay import Exchange, relay
 from tokenrelay.backends.upstream.router import Load
-from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
+from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser, plain_delta
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import Overloaded
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -101,9 +101,10 @@ class Node:
 
     def _exchange(self, request: Request) -> Exchange:
         if isinstance(request, ChatCompletionRequest):
-            return Exchange("/chat/completions", node_body(request, self.node_model), chat_events)
-        if self.settings.completions_via_chat:
-            return Exchange("/chat/completions", completion_as_chat(request, self.node_model), ChatAsCompletion())
+            return Exchange("/chat/completions", node_body(request, self.node_model), chat_events, plain_delta)
+        if self.settings.completions_via_chat:  # a plain chunk's text delta carries over as it is
+            body = completion_as_chat(request, self.node_model)
+            return Exchange("/chat/completions", body, ChatAsCompletion(), plain_delta)
         return Exchange("/completions", node_body(request, self.node_model), completion_parser)
 
     async def probe(self) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from tokenrelay.backends.base import Event
+from tokenrelay.backends.base import Event, TextDelta
+from tokenrelay.backends.upstream.chunk_template import ChunkTemplate, PlainText
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
 from tokenrelay.backends.upstream.http1 import ConnectFailed, ReadTimeout, Reply, TransportError
@@ -40,6 +41,7 @@ class Exchange:
     path: str  # relative to the node's URL, e.g. "/chat/completions"
     body: dict[str, Any]
     parse: Parser
+    plain: PlainText | None = None  # how `parse` reads a plain chunk's text, when it does (`chunk_template`)
 
     @property
     def stream(self) -> bool:
@@ -83,7 +85,7 @@ async def relay(
     try:
         await _check_status(response, clock)
         if exchange.stream and _is_event_stream(response):
-            async for events in _stream_reads(response, exchange.parse, clock):
+            async for events in _stream_reads(response, exchange, clock):
                 for event in meter.passed(events):
                     started = True
                     yield event
@@ -157,8 +159,10 @@ def _is_event_stream(response: Reply) -> bool:
     return response.content_type == "text/event-stream"
 
 
-async def _stream_reads(response: Reply, parse: Parser, clock: Clock) -> AsyncIterator[list[Event]]:
+async def _stream_reads(response: Reply, exchange: Exchange, clock: Clock) -> AsyncIterator[list[Event]]:
     """The events of each read of the node's stream, as they arrive."""
+    parse = exchange.parse
+    template = ChunkTemplate(exchange.plain) if exchange.plain is not None else None
     decoder = SSEDecoder()
     stage = clock.bound(clock.first_byte, "before the first chunk")
     outbox = current_outbox.get()
@@ -171,7 +175,7 @@ async def _stream_reads(response: Reply, parse: Parser, clock: Clock) -> AsyncIt
         done = got = False
         failure: NodeFailure | None = None  # raised once what came before the bad chunk has gone out
         try:
-            done, got = _read_messages(messages, parse, events)
+            done, got = _read_messages(messages, parse, events, template)
         except NodeFailure as exc:
             failure, got = exc, True
         if got:  # the next chunk is due within the idle gap of this read's last one
@@ -195,20 +199,29 @@ async def _next_chunk(response: Reply, stage: Stage) -> bytes | None:
         raise _transport_failure(exc, stage) from None
 
 
-def _read_messages(messages: list[SSEEvent], parse: Parser, events: list[Event]) -> tuple[bool, bool]:
+def _read_messages(
+    messages: list[SSEEvent], parse: Parser, events: list[Event], template: ChunkTemplate | None = None
+) -> tuple[bool, bool]:
     """Add the events of one read's messages to `events` (so that those before a bad chunk still go out when
     it raises `NodeFailure`). Returns whether `[DONE]` came, and whether any chunk came before it.
 
     The usual message, a plain `data:` event's bytes holding a JSON object with neither usage nor an error,
     goes from orjson straight to the parser; anything else through `_chunk_events`. Per chunk this is one
     Python call instead of four (`_chunk_events`, `loads`, `_body_events`, `usage_of`): a stream is mostly
-    such chunks, several to a read."""
+    such chunks, several to a read. With a `template` (chat streams), a plain chunk once learned is read by
+    its bytes (`chunk_template`)."""
     got = False
     for message in messages:
         if type(message) is bytes:
             if message == _DONE:
                 return True, got
             got = True
+            if template is not None and template.head is not None:
+                text = template.text(message)
+                if text is not None:  # the learned plain chunk: what `parse` makes of it, without decoding it all
+                    if text:
+                        events.append(TextDelta(template.index, text))
+                    continue
             try:
                 chunk = orjson.loads(message)  # checked for long numbers with the whole read (`sse_parse.Event`)
             except orjson.JSONDecodeError:
@@ -216,6 +229,8 @@ def _read_messages(messages: list[SSEEvent], parse: Parser, events: list[Event])
                 continue
             if type(chunk) is dict and "usage" not in chunk and "error" not in chunk:
                 events += parse(chunk, "delta")
+                if template is not None and template.learning:
+                    template.learn(message, chunk)
             else:
                 events += _object_events(chunk, parse)
             continue

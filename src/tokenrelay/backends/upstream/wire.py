@@ -59,6 +59,21 @@ def _plain_text(body: dict[str, Any], key: str) -> list[Event] | None:
     """The events of the usual stream chunk, one choice with text alone, as the loop below makes them;
     None for any other chunk. Most of a stream is such chunks: read here with a handful of lookups rather
     than every check below (about half the cost of a chunk's events)."""
+    plain = _plain_choice(body, key)
+    if plain is None:
+        return None
+    index, text = plain
+    return [TextDelta(index, text)] if text else []
+
+
+def plain_delta(body: dict[str, Any]) -> tuple[int, str] | None:
+    """The choice index and text of a chat chunk that carries one choice's text alone (the text may be empty:
+    no event); None for any other chunk. What `chat_events` makes of such a chunk is `TextDelta(index, text)`,
+    or nothing for an empty text (see `chunk_template`)."""
+    return _plain_choice(body, "delta")
+
+
+def _plain_choice(body: dict[str, Any], key: str) -> tuple[int, str] | None:
     choices = body.get("choices")
     if type(choices) is not list or len(choices) != 1:
         return None
@@ -70,8 +85,8 @@ def _plain_text(body: dict[str, Any], key: str) -> list[Event] | None:
         return None
     content = message.get("content")
     if type(content) is not str:
-        return None if content else []  # a text that is not a string: the loop below decides
-    return [TextDelta(_int(choice.get("index")), content)] if content else []
+        return None if content else (_int(choice.get("index")), "")  # a text that is not a string: the loop decides
+    return _int(choice.get("index")), content
 
 
 def completion_events(body: dict[str, Any]) -> list[Event]:

@@ -137,36 +137,32 @@ class RoutedBackend:
             if member is None:
                 break
             tried.add(member.name)
-            attempt = self._attempt(member, request, request_id)
+            # One member's answer, inline rather than a generator of its own (one layer less for every event):
+            # `NodeFailure` before its first event passes the request on; after it, the stream is broken.
+            self._begin(member)
+            started = time.monotonic()
             try:
-                async with aclosing(attempt):
-                    async for event in attempt:
-                        yield event
+                events = member.events(request, request_id)
+                async with aclosing(events):
+                    try:
+                        first = await self._first(member, events)
+                    except NodeFailure as exc:  # nothing has reached the client: another member may serve
+                        failures.append(exc)
+                        continue
+                    member.load.observe_latency(time.monotonic() - started)
+                    yield Served(member.name, member.kind)
+                    if first is not None:
+                        yield first
+                    try:
+                        async for event in events:
+                            yield event
+                    except NodeFailure as exc:
+                        self._failed(member, exc)
+                        raise broken_stream(exc.reason) from None
                 return
-            except NodeFailure as exc:  # raised only before the member's first event: another may serve
-                failures.append(exc)
+            finally:
+                await self._end(member)
         raise exhausted(failures)
-
-    async def _attempt(self, member: Member, request: Request, request_id: str) -> AsyncIterator[Event]:
-        """One member's answer: `NodeFailure` if it fails before its first event, `UpstreamError` after."""
-        self._begin(member)
-        started = time.monotonic()
-        try:
-            events = member.events(request, request_id)
-            async with aclosing(events):
-                first = await self._first(member, events)
-                member.load.observe_latency(time.monotonic() - started)
-                yield Served(member.name, member.kind)
-                if first is not None:
-                    yield first
-                try:
-                    async for event in events:
-                        yield event
-                except NodeFailure as exc:
-                    self._failed(member, exc)
-                    raise broken_stream(exc.reason) from None
-        finally:
-            await self._end(member)
 
     async def _first(self, member: Member, events: AsyncIterator[Event]) -> Event | None:
         try:

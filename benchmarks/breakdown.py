@@ -108,6 +108,7 @@ async def measure(app: Callable[..., Any], body: bytes, key: str, requests: int,
 def canned_node() -> Iterator[None]:
     """Node exchanges answered in-process with the mock node's bytes, read by tokenrelay's own reader."""
     from tokenrelay.backends.upstream import members, relay
+    from tokenrelay.backends.upstream.chunk_template import ChunkTemplate
     from tokenrelay.backends.upstream.sse_parse import SSEDecoder
     from tokenrelay.backends.upstream.wire import coalesced
     from tokenrelay.jsonbytes import dumps, loads
@@ -118,7 +119,8 @@ def canned_node() -> Iterator[None]:
         dumps(exchange.body)  # what the relay encodes before it sends
         if exchange.stream:
             events: list[Any] = []
-            relay._read_messages(SSEDecoder().feed(mock_node.STREAM), exchange.parse, events)
+            template = ChunkTemplate(exchange.plain) if exchange.plain is not None else None
+            relay._read_messages(SSEDecoder().feed(mock_node.STREAM), exchange.parse, events, template)
             events = coalesced(events)
         else:
             events = relay._body_events(dict(answer), exchange.parse, "message")

@@ -56,7 +56,7 @@ class Deadlines:
         self._slots: dict[tuple[int, int], Slot] = {}
 
     def call_at(self, when: float, callback: Callable[[Any], None], argument: Any) -> Alarm:
-        """`callback(argument)` at loop time `when`, or up to `RESOLUTION` later, unless cancelled first."""
+        """`callback(argument)` at loop time `when`, or a little later (see `slot_of`), unless cancelled first."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._slots = loop, {}

@@ -40,7 +40,7 @@ async def send_frames(first: Chunk | None, chunks: AsyncIterator[Chunk], outbox:
         await outbox.put(framed(first))
     try:
         async for chunk in chunks:
-            await outbox.put(chunk if type(chunk) is bytes else frame(chunk))  # type: ignore[arg-type]
+            await outbox.put(framed(chunk))
     except APIError as exc:
         await outbox.put(frame(exc.body()))
     except Exception:

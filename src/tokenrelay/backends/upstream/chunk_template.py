@@ -45,8 +45,8 @@ class ChunkTemplate:
     def text(self, data: bytes) -> str | None:
         """The text of `data` if it is the learned chunk around another string; None if it is not."""
         head, tail = self.head, self.tail
-        if head is None or not data.startswith(head) or not data.endswith(tail) or len(data) < len(head) + len(tail):
-            return None
+        if head is None or not data.startswith(head) or not data.endswith(tail):
+            return None  # (a chunk shorter than both, which they overlap in, leaves no string between: refused below)
         try:
             text = orjson.loads(data[len(head) : len(data) - len(tail)])
         except orjson.JSONDecodeError:

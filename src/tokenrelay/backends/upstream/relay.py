@@ -200,7 +200,7 @@ async def _next_chunk(response: Reply, stage: Stage) -> bytes | None:
 
 
 def _read_messages(
-    messages: list[SSEEvent], parse: Parser, events: list[Event], template: ChunkTemplate | None = None
+    messages: list[SSEEvent], parse: Parser, events: list[Event], template: ChunkTemplate | None
 ) -> tuple[bool, bool]:
     """Add the events of one read's messages to `events` (so that those before a bad chunk still go out when
     it raises `NodeFailure`). Returns whether `[DONE]` came, and whether any chunk came before it.

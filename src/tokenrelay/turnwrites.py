@@ -16,8 +16,9 @@ held here before the transport sees them).
 
 All the connections of one server flush together, through one `TurnFlush`: one loop callback for the
 turn's writes, which then leave in one burst rather than spread among the next turn's other work, so a
-client takes several answers in one wake-up (stream CPU per request 283 -> 267 us in a paired run here, the
-same set-up). The node client writes its requests the same way (`backends/upstream/http1.py`).
+client takes several answers in one wake-up (the same set-up, two workers, five paired rounds: 217 -> 200 us
+of CPU per JSON request, 275 -> 271 us per stream). The node client writes its requests the same way
+(`backends/upstream/http1.py`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -114,6 +115,26 @@ async def test_the_transports_of_one_flush_write_from_one_callback_and_a_failure
         [("write", b"answer 1")],
         [("write", b"answer 2")],
     ]
+
+
+async def test_flushes_left_by_a_loop_that_stopped_do_not_hold_back_the_next_loops() -> None:
+    flushes = TurnFlush()
+    left = FakeTransport()
+
+    def write_then_stop_at_once() -> None:  # on a loop of its own (this thread's loop is running this test)
+        other_loop = asyncio.new_event_loop()
+        other_loop.call_soon(lambda: TurnBufferedTransport(left, flushes).write(b"never flushed"))  # type: ignore[arg-type]
+        other_loop.call_soon(other_loop.stop)  # stops before the turn that would flush
+        other_loop.run_forever()
+        other_loop.close()
+
+    thread = threading.Thread(target=write_then_stop_at_once)
+    thread.start()
+    thread.join()
+    fake = FakeTransport()
+    TurnBufferedTransport(fake, flushes).write(b"on this loop")  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert fake.calls == [("write", b"on this loop")] and left.calls == []
 
 
 async def test_the_connections_of_one_server_share_its_flush() -> None:

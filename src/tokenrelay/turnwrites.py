@@ -38,11 +38,16 @@ class TurnFlush:
 
     def __init__(self) -> None:
         self._due: list[Callable[[], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the pending callback is on
 
     def soon(self, flush: Callable[[], None]) -> None:
         """Run `flush` at the start of the next turn of the running loop."""
-        if not self._due:
-            asyncio.get_running_loop().call_soon(self._run)
+        if not self._due or not self._loop.is_running():  # type: ignore[union-attr]  # set with the first due
+            # A loop that stopped with flushes due (a test's loop, ended mid-exchange) never runs its callback:
+            # what it held belongs to that loop's connections, and this loop gets a callback of its own.
+            self._due = []
+            self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._run)
         self._due.append(flush)
 
     def _run(self) -> None:

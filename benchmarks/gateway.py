@@ -58,6 +58,7 @@ class Result:
     p99_ms: float
     errors: int
     cpu_us: float | None  # CPU time of the target's processes per request, in microseconds
+    node_cpu_us: float | None = None  # the same for another process watched over the same run (`run_wrk`'s node_pid)
 
 
 def free_port() -> int:
@@ -122,7 +123,11 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def run_wrk(target: Target, stream: bool, connections: int, seconds: int, directory: Path) -> Result:
+def run_wrk(
+    target: Target, stream: bool, connections: int, seconds: int, directory: Path, node_pid: int | None = None
+) -> Result:
+    """One wrk run after a 2 s warm-up; CPU per request is counted over the measured run only, for the target
+    and, given `node_pid`, for that process too (the node behind a gateway)."""
     script = lua_script(target, stream, directory)
     threads = min(connections, 2)
     warmup = ["wrk", f"-t{threads}", f"-c{connections}", "-d2s", "-s", str(script), target.url]
@@ -131,11 +136,14 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int, direct
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s", "--latency"]
     command += ["-s", str(script)]
     cpu_before = cpu_seconds(target.pid) if target.pid else None
+    node_before = cpu_seconds(node_pid) if node_pid else None
     output = subprocess.run([*command, target.url], capture_output=True, text=True, check=True).stdout
     requests = int(re.search(r"(\d+) requests in", output).group(1))
-    cpu_us = None
+    cpu_us = node_cpu_us = None
     if cpu_before is not None and requests:
         cpu_us = (cpu_seconds(target.pid) - cpu_before) / requests * 1e6
+    if node_before is not None and requests:
+        node_cpu_us = (cpu_seconds(node_pid) - node_before) / requests * 1e6  # type: ignore[arg-type]
     return Result(
         target=target.name,
         stream=stream,
@@ -145,6 +153,7 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int, direct
         p99_ms=_percentile(output, "99"),
         errors=_errors(output),
         cpu_us=cpu_us,
+        node_cpu_us=node_cpu_us,
     )
 
 

@@ -174,7 +174,8 @@ class _Connection(asyncio.Protocol):
         comes back on its own). A gateway under load sends many requests in one turn; written together,
         they reach the node together, which takes them in one wake-up and answers them together. Measured
         with `benchmarks/gateway.py`'s set-up, 64 concurrent streams: 316 -> 282 us of this process's CPU per
-        request and 84 -> 64 us of the mock node's. One request alone waits only for the rest of its turn.
+        request, and 73 -> 60 us of the mock node's (`benchmarks/paired.py`). One request alone waits only for
+        the rest of its turn.
         The pool's connections write from one `TurnFlush`, so the turn's requests leave in one burst."""
         assert self.transport is not None
         self.reply = Reply(self)

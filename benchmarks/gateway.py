@@ -180,17 +180,26 @@ def start_mock(stack: ExitStack, work: Path) -> Target:
 
 
 def start_tokenrelay(
-    stack: ExitStack, work: Path, node: Target, key: str | None, extra: Path | None, workers: int
+    stack: ExitStack,
+    work: Path,
+    node: Target,
+    key: str | None,
+    extra: Path | None,
+    workers: int,
+    name: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Target:
+    """A tokenrelay with `node` as its one upstream: this checkout's `src` unless `env` names another
+    `PYTHONPATH` (`benchmarks/paired.py` runs several source trees side by side)."""
     port = free_port()
-    name = "tokenrelay" if workers == 1 else f"tokenrelay-w{workers}"
+    name = name or ("tokenrelay" if workers == 1 else f"tokenrelay-w{workers}")
     upstream = {"url": node.url.removesuffix("/chat/completions"), "name": "mock", "model": "mock"}
     settings = yaml.safe_load(extra.read_text()) if extra else {}
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings | {"models": [{"id": "bench", "upstreams": [upstream]}]}))
     log = work / f"{name}.log"
     data = ["--data-dir", str(work / f"{name}-data")]
-    env = {"PYTHONPATH": str(ROOT / "src")}
+    env = {"PYTHONPATH": str(ROOT / "src"), **(env or {})}
     key = key or create_key(data, env)
     command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--config", str(config), *data]
     command += ["--workers", str(workers)]

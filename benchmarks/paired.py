@@ -19,8 +19,6 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gateway  # a sibling script, found through the path above
@@ -31,19 +29,7 @@ def start(stack: ExitStack, work: Path, node: gateway.Target, variant: str, work
     name, _, rest = variant.partition("=")
     src, *assignments = rest.split(",")
     env = {"PYTHONPATH": str(Path(src).resolve()), **dict(a.split("=", 1) for a in assignments)}
-    upstream = {"url": node.url.removesuffix("/chat/completions"), "name": "mock", "model": "mock"}
-    config = work / f"{name}.yaml"
-    config.write_text(yaml.safe_dump({"models": [{"id": "bench", "upstreams": [upstream]}]}))
-    data = ["--data-dir", str(work / f"{name}-data")]
-    key = gateway.create_key(data, env)
-    port = gateway.free_port()
-    command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--config", str(config)]
-    command += [*data, "--workers", str(workers)]
-    log = work / f"{name}.log"
-    proc = stack.enter_context(gateway.process(command, log, env))
-    target = gateway.Target(name, f"http://127.0.0.1:{port}/v1/chat/completions", "bench", key, proc.pid)
-    gateway.wait_until_serving(target, log)
-    return target
+    return gateway.start_tokenrelay(stack, work, node, None, None, workers, name=name, env=env)
 
 
 Figures = tuple[float, float, float]  # requests/s, CPU us per request, the node's CPU us per request

@@ -79,9 +79,3 @@ class EventStream(StreamingResponse):
             finally:
                 await aclose_quietly(chunks)  # however it ended, the call behind it is reported now
         await outbox.close()
-
-
-def stream_response(
-    chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox, deadlines: Deadlines
-) -> EventStream:
-    return EventStream(chunks, first, outbox, deadlines)

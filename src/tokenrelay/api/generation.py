@@ -20,7 +20,7 @@ from tokenrelay.jsonbytes import dumps
 from tokenrelay.outbox import Outbox, current_outbox
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.render.common import Chunk, Collected, ResponseMeta, collect
-from tokenrelay.sse import stream_response
+from tokenrelay.sse import EventStream
 
 
 class Endpoint(Protocol):
@@ -84,7 +84,7 @@ async def streamed(chunks: AsyncIterator[Chunk], deadlines: Deadlines) -> Respon
     outbox = Outbox()
     current_outbox.set(outbox)  # before the backend starts: a paced producer finds it (see `tokenrelay.outbox`)
     first = await anext(chunks, None)
-    return stream_response(chunks, first, outbox, deadlines)
+    return EventStream(chunks, first, outbox, deadlines)
 
 
 def _later(call: Call) -> None:

@@ -22,7 +22,10 @@ def sse_events(http: httpx.Client, path: str, body: dict[str, Any]) -> list[str]
     """Raw `data:` payloads of a streamed response, in order (including the final `[DONE]`)."""
     with http.stream("POST", path, json=body) as response:
         assert response.status_code == 200, response.read()
-        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert response.headers["cache-control"] == "no-cache"  # no proxy or browser cache keeps a stream
+        assert response.headers["x-accel-buffering"] == "no"  # nor does nginx buffer it
+        assert response.headers["x-request-id"]
         return [line[len("data: ") :] for line in response.iter_lines() if line.startswith("data: ")]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenrelay.backends.base import Event
+from tokenrelay.backends.base import Event, TextDelta, TextRun
 from tokenrelay.backends.upstream.chunk_template import ChunkTemplate
 from tokenrelay.backends.upstream.relay import _read_messages
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder
@@ -36,13 +36,25 @@ def python_style(body: dict[str, Any]) -> bytes:  # what many Python servers wri
 
 
 def events_of(stream: bytes, size: int, template: ChunkTemplate | None) -> list[Event]:
-    """The events of a stream arriving in reads of `size` bytes, coalesced per read as the relay does."""
+    """The events of a stream arriving in reads of `size` bytes, coalesced per read as the relay does, each
+    run as the deltas it stands for (a learned chunk read alone is a run of one; a decoded one, a delta)."""
     decoder, events = SSEDecoder(), []
     for start in range(0, len(stream), size):
         read: list[Event] = []
         _read_messages(decoder.feed(stream[start : start + size]), chat_events, read, template)
-        events += coalesced(read)
+        for event in coalesced(read):
+            if isinstance(event, TextRun):
+                check_encoded(event)
+                events += [TextDelta(event.index, text) for text in event.texts]
+            else:
+                events.append(event)
     return events
+
+
+def check_encoded(run: TextRun) -> None:
+    """A run's JSON strings, when it has them, are exactly its texts' (one string each, decoded alone)."""
+    if run.encoded is not None:
+        assert [orjson.loads(encoded) for encoded in run.encoded] == run.texts
 
 
 @pytest.mark.parametrize("encode", [orjson_style, python_style], ids=["orjson", "python-json"])
@@ -86,3 +98,54 @@ def test_learning_gives_up_after_a_few_chunks_that_do_not_fit() -> None:
         if template.learning:
             template.learn(data, orjson.loads(data))
     assert template.head is None and not template.learning
+
+
+def learned() -> ChunkTemplate:
+    template = ChunkTemplate(plain_delta)
+    first = orjson_style(chunk("a"))
+    template.learn(first, orjson.loads(first))
+    assert template.head is not None
+    return template
+
+
+def test_a_run_of_learned_chunks_is_read_at_once_with_the_strings_as_sent() -> None:
+    template = learned()
+    head, tail = template.head, template.tail
+    middles = [b'"x"', b'"\\u00e9\\n"', b'""', b' "spaced" ', b'"\\ud83d\\ude00"']
+    found = template.run([head + middle + tail for middle in middles])  # type: ignore[operator]
+    kept = [b'"x"', b'"\\u00e9\\n"', b' "spaced" ', b'"\\ud83d\\ude00"']  # the empty text is left out
+    assert found == (["x", "é\n", "spaced", "😀"], kept)
+
+
+@pytest.mark.parametrize(
+    "middles",
+    [
+        [b'"a","b', b'c"'],  # two strings only across the cut: a raw line feed is never inside one
+        [b'["a"', b'"b"]'],  # one value spanning two middles
+        [b'"a","b"', b'"c"'],  # one middle holding two strings
+        [b'"a"', b""],  # nothing between the ends
+        [b'"a"', b"1"],
+        [b'"a"', b"null"],
+        [b'"a"]', b'["b"'],
+        [b'"a"', b'"\\ud800"'],  # a lone surrogate: orjson refuses it, as it refuses it alone
+        [b'"a"', b'"\xff"'],  # not UTF-8
+        [b'"a"', b'"tab\tin"'],  # a raw control character
+    ],
+)
+def test_a_run_whose_middles_are_not_one_string_each_is_refused(middles: list[bytes]) -> None:
+    template = learned()
+    assert template.run([template.head + middle + template.tail for middle in middles]) is None  # type: ignore[operator]
+
+
+def test_a_refused_run_is_read_chunk_by_chunk_as_before() -> None:
+    body = orjson_style(chunk("x"))
+    template, plain = learned(), ChunkTemplate(plain_delta)
+    head, tail = template.head, template.tail
+    spanning = b"".join(b"data: " + head + m + tail + b"\n\n" for m in (b'"a","b', b'c"'))  # type: ignore[operator]
+    stream = b"data: " + body + b"\n\n" + spanning + b"data: [DONE]\n\n"
+    with pytest.raises(Exception) as by_template:
+        events_of(stream, 100_000, template)
+    with pytest.raises(Exception) as in_full:
+        events_of(stream, 100_000, plain)
+    assert type(by_template.value) is type(in_full.value)  # the same judgement: not a chunk of any shape
+    assert str(by_template.value) == str(in_full.value)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tokenrelay.backends.base import Finish, TextDelta, TextRun, TokenLogprob, Usage
+from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, TokenLogprob, Usage
 from tokenrelay.backends.upstream.wire import coalesced
 from tokenrelay.calls import Call
 from tokenrelay.render.chat import ChatChunker
@@ -84,3 +86,39 @@ def test_a_call_counts_a_run_as_its_tokens_with_a_gap_before_each_but_the_first(
     assert call.first_token_at is not None
     assert len(call.token_gaps) == 3  # as for four deltas: one gap between each two tokens
     assert call.token_gaps[1:] == [0.0, 0.0]  # those of a run arrived together
+
+
+@pytest.mark.parametrize("chunker", chunkers(), ids=lambda c: type(c).__name__)
+def test_a_run_with_its_nodes_json_strings_renders_them_as_they_are(chunker: ChatChunker | CompletionChunker) -> None:
+    # The node's own escaping (Python's json: non-ASCII as \u escapes, "/" escaped), not orjson's.
+    encoded = [json.dumps(text).encode() for text in TEXTS] + [b'"a\\/b"']
+    texts = [*TEXTS, "a/b"]
+    rendered = chunker.runs.frames(TextRun(0, texts, encoded))
+    frames = rendered.split(b"\n\n")[:-1]
+    one_by_one = b"".join(frame(chunker.event(TextDelta(0, text))) for text in texts).split(b"\n\n")[:-1]
+    assert [json.loads(f.removeprefix(b"data: ")) for f in frames] == [
+        json.loads(f.removeprefix(b"data: ")) for f in one_by_one
+    ]
+    for sent, piece in zip(encoded, frames, strict=True):
+        assert sent in piece  # copied, not encoded again
+    assert b"\\u00e9" in rendered  # "é" as the node wrote it
+
+
+def test_a_plain_delta_before_an_encoded_run_joins_it_encoded_and_none_after_it() -> None:
+    run = TextRun(0, ["b", "c"], [b'"b"', b'"\\u0063"'])
+    joined = coalesced([TextDelta(0, "a"), run, TextDelta(0, "d"), Finish(0, "stop")])
+    assert joined == [TextRun(0, ["a", "b", "c"]), TextDelta(0, "d"), Finish(0, "stop")]
+    assert joined[0].encoded == [b'"a"', b'"b"', b'"\\u0063"']  # type: ignore[union-attr]
+    plain = coalesced([TextDelta(0, "x"), TextDelta(0, "y"), TextRun(0, ["z"], [b'"z"'])])
+    assert plain == [TextRun(0, ["x", "y", "z"])] and plain[0].encoded == [b'"x"', b'"y"', b'"z"']  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "before",
+    [TextDelta(1, "other choice"), TextDelta(0, "x", [LOGPROB]), TextDelta(0, "lone \ud800"), Finish(0, "stop")],
+    ids=["other-choice", "logprobs", "lone-surrogate", "not-text"],
+)
+def test_an_encoded_run_takes_in_nothing_but_plain_text_orjson_can_write(before: Event) -> None:
+    run = TextRun(0, ["b"], [b'"b"'])
+    assert coalesced([before, run]) == [before, run]
+    assert run.encoded == [b'"b"']

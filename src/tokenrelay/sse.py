@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -49,6 +50,13 @@ async def send_frames(first: Chunk | None, chunks: AsyncIterator[Chunk], outbox:
     await outbox.put(DONE)
 
 
+@functools.cache
+def _headers() -> tuple[tuple[bytes, bytes], ...]:
+    """An event stream's headers, as Starlette's response makes them (content type with its charset)."""
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return tuple(StreamingResponse(iter(()), media_type="text/event-stream", headers=headers).raw_headers)
+
+
 class EventStream(StreamingResponse):
     """An SSE response that stops (cancelling the generation behind it) as soon as the client disconnects.
 
@@ -57,8 +65,12 @@ class EventStream(StreamingResponse):
     `Outbox`, which writes a paced producer's frames once per node read (see `tokenrelay.outbox`)."""
 
     def __init__(self, chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox, deadlines: Deadlines) -> None:
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        super().__init__(chunks, media_type="text/event-stream", headers=headers)
+        # Not Starlette's `__init__`: it works out the same three headers from a dict for every stream (about 3
+        # us a response here). `_headers` has Starlette make them once; `__call__` (ours) reads no other field.
+        self.status_code = 200
+        self.background = None
+        self.body_iterator = chunks
+        self.raw_headers = list(_headers())  # a copy: the response's own id header is added to it
         self.first = first
         self.outbox = outbox
         self.deadlines = deadlines

@@ -3,7 +3,9 @@
 A streamed chunk that carries only text differs from the next only in that text. So the chunk of one choice
 is rendered once, with a placeholder for the text, and cut around it; each text of a run is then its JSON
 string between the two halves, with no dict built or encoded per chunk. The halves come from the chunker's
-own rendering, so the bytes are those the chunker would have written for each text alone.
+own rendering, so the bytes are those the chunker would have written for each text alone. A run read from a
+node with its texts' JSON strings (`TextRun.encoded`) is written with those strings, the same texts in the
+node's escaping (either is valid JSON for them): no text is encoded again.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class RunFrames:
         template = self._template(run.index)
         if template is not None:
             before, after = template
+            if run.encoded is not None:  # the node's own JSON strings, proven (`TextRun`): nothing to encode
+                return before + (after + before).join(run.encoded) + after
             try:
                 return b"".join([before + orjson.dumps(text) + after for text in run.texts])
             except TypeError:  # a text orjson refuses (a lone surrogate): encoded chunk by chunk, as before

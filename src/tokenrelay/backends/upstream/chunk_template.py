@@ -14,6 +14,14 @@ how the rest of the document parses, so every later chunk made of those bytes ar
 `orjson.loads` of the middle alone confirms: one string and nothing else) is that plain chunk with that text.
 Anything else (another shape, a node whose chunks change their id or time, text it escapes otherwise) is
 decoded in full, as before; learning stops after a few tries.
+
+The learned chunks of one read are proven together (`run`): their middles joined into one JSON array, with a
+line feed before each comma, must decode to as many strings as there are middles. A raw line feed cannot be
+inside a JSON string, so no string spans two middles; no other top-level value may span one either (it would
+not be a string); so every one of those commas separates the array's elements, and since a slot between two
+commas holds at least one value, a count equal to the middles' leaves exactly one string in each. One orjson
+call for the run instead of one per chunk, and each middle is then also the proven JSON form of its text, which
+the renderer copies into the client's chunk as it is (`TextRun.encoded`) rather than encoding it again.
 """
 
 from __future__ import annotations
@@ -52,6 +60,23 @@ class ChunkTemplate:
         except orjson.JSONDecodeError:
             return None
         return text if type(text) is str else None
+
+    def run(self, chunks: list[bytes]) -> tuple[list[str], list[bytes]] | None:
+        """The texts of `chunks`, learned chunks all (`head` and `tail` at their ends, longer than both), with
+        their JSON strings as sent; None unless every middle is one JSON string (see the module's docstring).
+        Empty texts are left out, as `text`'s reader leaves them."""
+        start, tail = len(self.head or b""), len(self.tail)
+        middles = [data[start : len(data) - tail] for data in chunks]
+        try:
+            texts = orjson.loads(b"[" + b"\n,".join(middles) + b"]")
+        except orjson.JSONDecodeError:
+            return None
+        if len(texts) != len(middles) or set(map(type, texts)) != {str}:
+            return None
+        if "" in texts:
+            kept = [(text, middle) for text, middle in zip(texts, middles, strict=True) if text]
+            return [text for text, _ in kept], [middle for _, middle in kept]
+        return texts, middles
 
     @property
     def learning(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from tokenrelay.backends.base import Event, TextDelta
+from tokenrelay.backends.base import Event, TextDelta, TextRun
 from tokenrelay.backends.upstream.chunk_template import ChunkTemplate, PlainText
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
@@ -205,35 +205,32 @@ def _read_messages(
     """Add the events of one read's messages to `events` (so that those before a bad chunk still go out when
     it raises `NodeFailure`). Returns whether `[DONE]` came, and whether any chunk came before it.
 
-    The usual message, a plain `data:` event's bytes holding a JSON object with neither usage nor an error,
-    goes from orjson straight to the parser; anything else through `_chunk_events`. Per chunk this is one
-    Python call instead of four (`_chunk_events`, `loads`, `_body_events`, `usage_of`): a stream is mostly
-    such chunks, several to a read. With a `template` (chat streams), a plain chunk once learned is read by
-    its bytes (`chunk_template`)."""
+    With a `template` (chat streams) once learned, the chunks in a row that have its bytes at both ends are
+    gathered and read together (`_plain_run`): all a stream's text chunks but the first, usually. Any other
+    plain `data:` event goes to `_plain_message`, and the rest through `_chunk_events`."""
     got = False
+    head = template.head if template is not None else None
+    tail = template.tail if template is not None else b""
+    run: list[bytes] = []  # learned chunks in a row, not yet read
     for message in messages:
         if type(message) is bytes:
+            if head is not None and message.startswith(head) and message.endswith(tail):
+                run.append(message)
+                got = True
+                continue
+            if run:
+                _plain_run(run, parse, events, template)  # type: ignore[arg-type]  # `head` is the template's
+                run = []
             if message == _DONE:
                 return True, got
             got = True
-            if template is not None and template.head is not None:
-                text = template.text(message)
-                if text is not None:  # the learned plain chunk: what `parse` makes of it, without decoding it all
-                    if text:
-                        events.append(TextDelta(template.index, text))
-                    continue
-            try:
-                chunk = orjson.loads(message)  # checked for long numbers with the whole read (`sse_parse.Event`)
-            except orjson.JSONDecodeError:
-                events += _chunk_events(message, parse)  # judged as before: `json`'s reading, or as text
-                continue
-            if type(chunk) is dict and "usage" not in chunk and "error" not in chunk:
-                events += parse(chunk, "delta")
-                if template is not None and template.learning:
-                    template.learn(message, chunk)
-            else:
-                events += _object_events(chunk, parse)
+            _plain_message(message, parse, events, template)
+            head = template.head if template is not None else None  # learned from this message, perhaps
+            tail = template.tail if template is not None else b""
             continue
+        if run:
+            _plain_run(run, parse, events, template)  # type: ignore[arg-type]
+            run = []
         if message.data == "[DONE]":
             # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would wait
             # with it) nor judged: a node that breaks its framing after [DONE] has still answered. The body's
@@ -241,7 +238,45 @@ def _read_messages(
             return True, got
         got = True
         events += _chunk_events(message, parse)
+    if run:
+        _plain_run(run, parse, events, template)  # type: ignore[arg-type]
     return False, got
+
+
+def _plain_run(run: list[bytes], parse: Parser, events: list[Event], template: ChunkTemplate) -> None:
+    """Learned chunks in a row: one `TextRun` of their texts with the JSON strings as the node sent them, in
+    one decoding for the lot (`ChunkTemplate.run`); chunk by chunk if that does not prove them (a middle
+    that is not one string is read as any other message is)."""
+    found = template.run(run)
+    if found is not None:
+        texts, encoded = found
+        if texts:
+            events.append(TextRun(template.index, texts, encoded))
+        return
+    for message in run:
+        text = template.text(message)
+        if text is None:
+            _plain_message(message, parse, events, template)
+        elif text:
+            events.append(TextDelta(template.index, text))
+
+
+def _plain_message(message: bytes, parse: Parser, events: list[Event], template: ChunkTemplate | None) -> None:
+    """One plain `data:` event's bytes. Most hold a JSON object with neither usage nor an error, which goes
+    from orjson straight to the parser (one Python call a chunk instead of four: `_chunk_events`, `loads`,
+    `_body_events`, `usage_of`); anything else through `_chunk_events`. The first chunks of a chat stream
+    teach the `template`."""
+    try:
+        chunk = orjson.loads(message)  # checked for long numbers with the whole read (`sse_parse.Event`)
+    except orjson.JSONDecodeError:
+        events += _chunk_events(message, parse)  # judged as before: `json`'s reading, or as text
+        return
+    if type(chunk) is dict and "usage" not in chunk and "error" not in chunk:
+        events += parse(chunk, "delta")
+        if template is not None and template.learning:
+            template.learn(message, chunk)
+    else:
+        events += _object_events(chunk, parse)
 
 
 def _chunk_events(message: SSEEvent, parse: Parser) -> list[Event]:

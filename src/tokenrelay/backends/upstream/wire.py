@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from tokenrelay.backends.base import (
     DeltaFields,
     Event,
@@ -105,14 +107,21 @@ def completion_events(body: dict[str, Any]) -> list[Event]:
 
 def coalesced(events: list[Event]) -> list[Event]:
     """The events of one read from a node, with each run of plain text deltas of one choice (text, no
-    logprobs) as one `TextRun`; every other event as it was, in the same order."""
+    logprobs) as one `TextRun`; every other event as it was, in the same order. A run read with its JSON
+    strings (`TextRun.encoded`) takes in the plain text just before it (a stream's first text, decoded in
+    full to learn the chunk's shape), encoded as orjson writes it, but no delta after it."""
     if len(events) < 2:
         return events
     out: list[Event] = []
     for event in events:
+        if type(event) is TextRun and event.encoded is not None and out:
+            joined = _joined(out[-1], event)
+            if joined is not None:
+                out[-1] = joined
+                continue
         if type(event) is TextDelta and event.text and not event.logprobs and out:
             last = out[-1]
-            if type(last) is TextRun and last.index == event.index:
+            if type(last) is TextRun and last.index == event.index and last.encoded is None:
                 last.texts.append(event.text)
                 continue
             if type(last) is TextDelta and last.text and not last.logprobs and last.index == event.index:
@@ -120,6 +129,22 @@ def coalesced(events: list[Event]) -> list[Event]:
                 continue
         out.append(event)
     return out
+
+
+def _joined(last: Event, run: TextRun) -> TextRun | None:
+    """`last`'s plain text and the encoded `run` after it as one run; None if `last` is no plain text of the
+    run's choice, or holds a text orjson refuses (a lone surrogate)."""
+    if type(last) is TextDelta and last.text and not last.logprobs and last.index == run.index:
+        texts = [last.text]
+    elif type(last) is TextRun and last.index == run.index:
+        texts = last.texts
+    else:
+        return None
+    try:
+        encoded = last.encoded if type(last) is TextRun and last.encoded is not None else list(map(orjson.dumps, texts))
+    except TypeError:
+        return None
+    return TextRun(run.index, texts + run.texts, encoded + run.encoded)  # type: ignore[operator]  # run's is set
 
 
 def usage_of(body: dict[str, Any]) -> Usage | None:

@@ -11,7 +11,9 @@ non-streamed and streamed chat completions, in three set-ups, side by side:
   ledger.
 The figures are this process's CPU time per request (`time.process_time`, user and system), so the mock node's
 own work is not in them. The differences between the columns are the cost of the node exchange and of the
-three observers. Not part of the test run: figures depend on the machine and on whatever else it is doing.
+three observers. `--setups` and `--modes` pick some of the cells; `--src` measures another source tree (a
+`git worktree` of an older commit, say; `benchmarks/instructions.py` counts instructions that way). Not part
+of the test run: figures depend on the machine and on whatever else it is doing.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import gateway  # a sibling script, found through the path above
 import mock_node
+
+CHECKOUT_SRC = Path(__file__).resolve().parents[1] / "src"
 
 Scope = dict[str, Any]
 SETUPS = ("full", "canned node", "canned, no observers")
@@ -165,7 +168,10 @@ def setup(name: str) -> Iterator[None]:
             yield
 
 
-async def run(port: int, data: Path, key: str, requests: int, concurrency: int) -> dict[tuple[str, bool], float]:
+Cell = tuple[str, bool]  # a set-up, and whether the requests stream
+
+
+async def run(port: int, data: Path, key: str, cells: list[Cell], args: argparse.Namespace) -> dict[Cell, float]:
     from tokenrelay.app import create_app
     from tokenrelay.config import Settings
 
@@ -174,10 +180,9 @@ async def run(port: int, data: Path, key: str, requests: int, concurrency: int) 
     app = create_app(settings)
     results = {}
     async with app.app.router.lifespan_context(app.app):
-        for name in SETUPS:
-            for stream in (False, True):
-                with setup(name):
-                    results[(name, stream)] = await measure(app, request_body(stream), key, requests, concurrency)
+        for name, stream in cells:
+            with setup(name):
+                results[(name, stream)] = await measure(app, request_body(stream), key, args.requests, args.concurrency)
     return results
 
 
@@ -185,14 +190,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20000, help="requests per cell")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of: {', '.join(SETUPS)}")
+    parser.add_argument("--modes", default="json,stream", help="json, stream or both, comma-separated")
+    parser.add_argument("--src", type=Path, default=CHECKOUT_SRC, help="the tokenrelay source tree to measure")
     args = parser.parse_args()
+    setups = [name for name in args.setups.split(",") if name]
+    if unknown := set(setups) - set(SETUPS):
+        parser.error(f"unknown set-up(s): {', '.join(sorted(unknown))}")
+    modes = [mode == "stream" for mode in args.modes.split(",")]
+    cells = [(name, stream) for name in setups for stream in modes]
+    src = str(args.src.resolve())
+    sys.path.insert(0, src)  # before any tokenrelay module is imported (they are, inside the functions above)
     import uvloop
 
     from tokenrelay.logsetup import configure_logging
 
     with tempfile.TemporaryDirectory(prefix="tokenrelay-breakdown-") as work:
         data = Path(work)
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+        env = {"PYTHONPATH": src}
         key = gateway.create_key(["--data-dir", str(data)], env)
         port = gateway.free_port()
         node = [sys.executable, str(Path(__file__).resolve().parent / "mock_node.py"), "--port", str(port)]
@@ -206,14 +221,14 @@ def main() -> int:
             os.dup2(log.fileno(), 2)
             try:
                 configure_logging("info")
-                results = uvloop.run(run(port, data, key, args.requests, args.concurrency))
+                results = uvloop.run(run(port, data, key, cells, args))
             finally:
                 os.dup2(saved, 2)
             assert proc.poll() is None
     print(f"CPU us per request in this process; {args.requests} requests per cell, {args.concurrency} concurrent")
-    print(f"{'':<8}" + "".join(f"{name:>24}" for name in SETUPS))
-    for stream in (False, True):
-        print(f"{'stream' if stream else 'json':<8}" + "".join(f"{results[(n, stream)]:>24.0f}" for n in SETUPS))
+    print(f"{'':<8}" + "".join(f"{name:>24}" for name in setups))
+    for stream in modes:
+        print(f"{'stream' if stream else 'json':<8}" + "".join(f"{results[(n, stream)]:>24.0f}" for n in setups))
     return 0
 
 

@@ -11,7 +11,7 @@ non-streamed and streamed chat completions, in three set-ups, side by side:
   ledger.
 The figures are this process's CPU time per request (`time.process_time`, user and system), so the mock node's
 own work is not in them. The differences between the columns are the cost of the node exchange and of the
-three observers. `--setups` and `--modes` pick some of the cells; `--src` measures another source tree (a
+three observers. `--setup` (repeated) and `--modes` pick some of the cells; `--src` measures another source tree (a
 `git worktree` of an older commit, say; `benchmarks/instructions.py` counts instructions that way). Not part
 of the test run: figures depend on the machine and on whatever else it is doing.
 """
@@ -190,13 +190,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20000, help="requests per cell")
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of: {', '.join(SETUPS)}")
+    parser.add_argument("--setup", action="append", choices=SETUPS, help="a set-up (repeatable; default: all)")
     parser.add_argument("--modes", default="json,stream", help="json, stream or both, comma-separated")
     parser.add_argument("--src", type=Path, default=CHECKOUT_SRC, help="the tokenrelay source tree to measure")
     args = parser.parse_args()
-    setups = [name for name in args.setups.split(",") if name]
-    if unknown := set(setups) - set(SETUPS):
-        parser.error(f"unknown set-up(s): {', '.join(sorted(unknown))}")
+    setups = args.setup or list(SETUPS)
     modes = [mode == "stream" for mode in args.modes.split(",")]
     cells = [(name, stream) for name in setups for stream in modes]
     src = str(args.src.resolve())

@@ -30,7 +30,7 @@ def instructions(src: Path, setup: str, mode: str, requests: int, work: Path) ->
     """Every instruction of one breakdown run (callgrind's total; children such as the mock node not traced)."""
     out = work / f"callgrind-{requests}.out"
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
-    command += [str(HERE / "breakdown.py"), "--src", str(src), "--setups", setup, "--modes", mode]
+    command += [str(HERE / "breakdown.py"), "--src", str(src), "--setup", setup, "--modes", mode]
     command += ["--requests", str(requests)]
     subprocess.run(command, check=True, capture_output=True)
     totals = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenrelay.backends.base import Event, TextDelta, TextRun
+from tokenrelay.backends.base import DeltaFields, Event, TextDelta, TextRun
 from tokenrelay.backends.upstream.chunk_template import ChunkTemplate
 from tokenrelay.backends.upstream.relay import _read_messages
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder
@@ -149,3 +149,16 @@ def test_a_refused_run_is_read_chunk_by_chunk_as_before() -> None:
         events_of(stream, 100_000, plain)
     assert type(by_template.value) is type(in_full.value)  # the same judgement: not a chunk of any shape
     assert str(by_template.value) == str(in_full.value)
+
+
+def test_a_long_integer_after_the_template_is_learned_is_still_read_exactly() -> None:
+    # Events come from the decoder unchecked for long digit runs; each one decoded in full is checked alone.
+    big = 2**70 + 1
+    seeded = chunk("c")
+    seeded["choices"][0]["delta"]["seed"] = big  # a field of the delta the events carry on (`DeltaFields`)
+    stream = frames([chunk(None), chunk("a"), chunk("b"), seeded, chunk("d")], python_style)
+    assert f'"seed": {big}'.encode() in stream
+    events = events_of(stream, 100_000, ChunkTemplate(plain_delta))
+    seeds = [event.fields["seed"] for event in events if isinstance(event, DeltaFields)]
+    assert seeds == [big] and type(seeds[0]) is int
+    assert events == events_of(stream, 100_000, None)

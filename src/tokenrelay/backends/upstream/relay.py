@@ -26,7 +26,7 @@ from tokenrelay.backends.upstream.sse_parse import Event as SSEEvent
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.wire import coalesced, usage_of
 from tokenrelay.config import UpstreamTimeouts
-from tokenrelay.jsonbytes import dumps, loads
+from tokenrelay.jsonbytes import dumps, loads, orjson_exact
 from tokenrelay.outbox import current_outbox
 
 log = logging.getLogger(__name__)
@@ -266,8 +266,11 @@ def _plain_message(message: bytes, parse: Parser, events: list[Event], template:
     from orjson straight to the parser (one Python call a chunk instead of four: `_chunk_events`, `loads`,
     `_body_events`, `usage_of`); anything else through `_chunk_events`. The first chunks of a chat stream
     teach the `template`."""
+    if not orjson_exact(message):  # a number orjson would read otherwise (`jsonbytes`): `json`'s reading
+        events += _chunk_events(message, parse)
+        return
     try:
-        chunk = orjson.loads(message)  # checked for long numbers with the whole read (`sse_parse.Event`)
+        chunk = orjson.loads(message)
     except orjson.JSONDecodeError:
         events += _chunk_events(message, parse)  # judged as before: `json`'s reading, or as text
         return
@@ -280,9 +283,9 @@ def _plain_message(message: bytes, parse: Parser, events: list[Event], template:
 
 
 def _chunk_events(message: SSEEvent, parse: Parser) -> list[Event]:
-    if type(message) is bytes:  # the data of a plain `data:` event, ready for orjson (see `sse_parse.Event`)
+    if type(message) is bytes:  # the data of a plain `data:` event (see `sse_parse.Event`)
         try:
-            chunk = loads(message, checked=True)
+            chunk = loads(message)
         except ValueError:  # no JSON, or no UTF-8: judged as the line-by-line reading would
             return _chunk_events(SSEMessage(message.decode("utf-8", errors="replace")), parse)
     else:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenrelay.jsonbytes import orjson_exact
-
 _BETWEEN = b"\n\ndata: "  # the end of one data event and the start of the next
 
 
@@ -21,9 +19,10 @@ class SSEMessage:
 
 
 # What `feed` gives for each event: an `SSEMessage`, or for the usual event (one `data: ` line) its data as the
-# node's bytes, when orjson reads every number in them as `json` does (`jsonbytes.orjson_exact`): decoded from
-# them with no check of their own and no text made first. Bytes that are not UTF-8 are the caller's to read
-# (as `SSEMessage(data.decode("utf-8", "replace"))` is what the line-by-line reading gives).
+# node's bytes, with no text made first. They are not checked for numbers orjson reads otherwise than `json`
+# (`jsonbytes.orjson_exact`): the reader checks what it decodes in full, and a stream's text chunks, read as
+# strings between learned bytes (`chunk_template`), need no check. Bytes that are not UTF-8 are the reader's
+# to judge (as `SSEMessage(data.decode("utf-8", "replace"))` is what the line-by-line reading gives).
 Event = SSEMessage | bytes
 
 
@@ -54,14 +53,15 @@ class SSEDecoder:
             self._pending = buffer
             return []
         complete, pending = buffer[:end], buffer[end + 2 :]
-        exact = orjson_exact(complete)  # one check for every event of this read (a digit run may span two)
-        if exact and complete.startswith(b"data: ") and complete.count(b"\n") == 2 * complete.count(_BETWEEN):
-            self._pending = pending
-            return complete[6:].split(_BETWEEN)  # type: ignore[return-value]  # list[bytes] is a list[Event]
+        if complete.startswith(b"data: "):
+            events = complete[6:].split(_BETWEEN)
+            if complete.count(b"\n") == 2 * (len(events) - 1):  # the split's cuts hold every line end
+                self._pending = pending
+                return events  # type: ignore[return-value]  # list[bytes] is a list[Event]
         messages: list[Event] = []
         for block in complete.split(b"\n\n"):
             if block.startswith(b"data: ") and b"\n" not in block:
-                messages.append(block[6:] if exact else SSEMessage(block[6:].decode("utf-8", errors="replace")))
+                messages.append(block[6:])
                 continue
             messages.extend(self._feed_lines(block + b"\n\n"))  # a whole block: leaves nothing pending
         self._pending = pending

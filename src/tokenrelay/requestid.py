@@ -27,6 +27,12 @@ def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
     return new_request_id()
 
 
+def request_id_of(scope: Scope) -> str:
+    """The id `assign_request_id` gave the request. Read from the scope's state dict, not `Request.state`:
+    Starlette's `State` answers attributes through `__getattr__`, after an AttributeError (see `app.AppState`)."""
+    return scope["state"]["request_id"]
+
+
 def assign_request_id(scope: Scope) -> str:
     """The request's id, kept in its state for the handlers; shared by this middleware and the generation lane."""
     request_id = request_id_from(scope.get("headers", []))

@@ -20,6 +20,7 @@ from tokenrelay.jsonbytes import dumps
 from tokenrelay.outbox import Outbox, current_outbox
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.render.common import Chunk, Collected, ResponseMeta, collect
+from tokenrelay.requestid import request_id_of
 from tokenrelay.sse import EventStream
 
 
@@ -43,7 +44,7 @@ class Endpoint(Protocol):
 
 async def handle(request: Request, endpoint: Endpoint) -> Response:
     services = request.app.state.services
-    call = Call(request_id=request.state.request_id, endpoint=endpoint.name, model="")
+    call = Call(request_id=request_id_of(request.scope), endpoint=endpoint.name, model="")
     current_call.set(call)
     services.begin_call(call, request)
     try:

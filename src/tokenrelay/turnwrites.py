@@ -101,6 +101,10 @@ class TurnBufferedTransport:
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + self._held_bytes
 
+    def is_closing(self) -> bool:
+        # Asked once per response by uvicorn; through `__getattr__` it would cost a failed lookup first.
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         # Reading, flow control, addresses and socket options belong to the wrapped transport.
         return getattr(self._transport, name)

@@ -37,7 +37,9 @@ def dumps(body: Any) -> bytes:
 
 def orjson_exact(data: bytes) -> bool:
     """Whether orjson reads every number in `data` as `json` does (no run of 19 or more digits)."""
-    return _LONG_RUN not in data.translate(_DIGITS_AS_ZEROS)
+    # `find`, not `in`: `bytes in bytes` first tries the operand as an integer (a byte value), and makes and
+    # drops a TypeError for every other operand (about twice the cost of the search here).
+    return data.translate(_DIGITS_AS_ZEROS).find(_LONG_RUN) < 0
 
 
 def loads(text: str | bytes, *, checked: bool = False) -> Any:

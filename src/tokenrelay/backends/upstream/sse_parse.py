@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 _BETWEEN = b"\n\ndata: "  # the end of one data event and the start of the next
+_CR, _LF = ord("\r"), ord("\n")
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass sets each field through object.__setattr__ (3x slower)
@@ -36,7 +37,8 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[Event]:
         buffer = self._pending + chunk
-        if b"\r" not in buffer and not self._data and not self._event:
+        # Byte values, not one-byte strings: `bytes in bytes` makes and drops a TypeError before it searches.
+        if _CR not in buffer and not self._data and not self._event:
             return self._feed_blocks(buffer)
         return list(self._feed_lines(buffer))
 
@@ -60,7 +62,7 @@ class SSEDecoder:
                 return events  # type: ignore[return-value]  # list[bytes] is a list[Event]
         messages: list[Event] = []
         for block in complete.split(b"\n\n"):
-            if block.startswith(b"data: ") and b"\n" not in block:
+            if block.startswith(b"data: ") and _LF not in block:
                 messages.append(block[6:])
                 continue
             messages.extend(self._feed_lines(block + b"\n\n"))  # a whole block: leaves nothing pending

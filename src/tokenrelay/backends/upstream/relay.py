@@ -85,10 +85,24 @@ async def relay(
     try:
         await _check_status(response, clock)
         if exchange.stream and _is_event_stream(response):
-            async for events in _stream_reads(response, exchange, clock):
-                for event in meter.passed(events):
-                    started = True
-                    yield event
+            # Read by read here, not through a generator of reads: one async generator fewer for every stream.
+            reads = StreamReads(exchange, clock)
+            outbox = current_outbox.get()
+            while not reads.over:
+                if outbox is not None:
+                    await outbox.flush()  # what the last read became goes out in one write, before the next wait
+                events, failure = reads.feed(await _next_chunk(response, reads.stage))
+                if events:
+                    if outbox is not None:
+                        # Paced from this node's first event on: before it, a failure passes the request to
+                        # another member (possibly the embedded engine, which never flushes), so nothing may
+                        # be held for it.
+                        outbox.paced = True
+                    for event in meter.passed(events):
+                        started = True
+                        yield event
+                if failure is not None:
+                    raise failure
         else:  # a whole body, also when a node ignored `stream`
             body = await _read_json(response, clock.bound(clock.overall, "reading the answer"))
             for event in meter.passed(_body_events(body, exchange.parse, "message")):
@@ -159,37 +173,34 @@ def _is_event_stream(response: Reply) -> bool:
     return response.content_type == "text/event-stream"
 
 
-async def _stream_reads(response: Reply, exchange: Exchange, clock: Clock) -> AsyncIterator[list[Event]]:
-    """The events of each read of the node's stream, as they arrive."""
-    parse = exchange.parse
-    template = ChunkTemplate(exchange.plain) if exchange.plain is not None else None
-    decoder = SSEDecoder()
-    stage = clock.bound(clock.first_byte, "before the first chunk")
-    outbox = current_outbox.get()
-    while True:
-        if outbox is not None:
-            await outbox.flush()  # what the last read became goes out in one write, before waiting for the next
-        chunk = await _next_chunk(response, stage)
-        messages = decoder.feed(chunk) if chunk is not None else decoder.close()
+class StreamReads:
+    """A node's stream, read by read: its decoder, its learned chunk (`chunk_template`) and the next deadline."""
+
+    __slots__ = ("clock", "decoder", "over", "parse", "stage", "template")
+
+    def __init__(self, exchange: Exchange, clock: Clock) -> None:
+        self.parse = exchange.parse
+        self.template = ChunkTemplate(exchange.plain) if exchange.plain is not None else None
+        self.decoder = SSEDecoder()
+        self.clock = clock
+        self.stage = clock.bound(clock.first_byte, "before the first chunk")  # the next read's deadline
+        self.over = False  # [DONE] came, or the body ended
+
+    def feed(self, chunk: bytes | None) -> tuple[list[Event], NodeFailure | None]:
+        """The events of one read (`chunk`; None at the body's end), and the failure to raise once they have
+        gone out, if a chunk of it was bad."""
+        messages = self.decoder.feed(chunk) if chunk is not None else self.decoder.close()
         events: list[Event] = []
         done = got = False
-        failure: NodeFailure | None = None  # raised once what came before the bad chunk has gone out
+        failure: NodeFailure | None = None
         try:
-            done, got = _read_messages(messages, parse, events, template)
+            done, got = _read_messages(messages, self.parse, events, self.template)
         except NodeFailure as exc:
             failure, got = exc, True
         if got:  # the next chunk is due within the idle gap of this read's last one
-            stage = clock.bound(clock.next_gap(), "between chunks")
-        if events and outbox is not None:
-            # Paced from this node's first event on: before it, a failure passes the request to another
-            # member (possibly the embedded engine, which never flushes), so nothing may be held for it.
-            outbox.paced = True
-        if events:
-            yield coalesced(events)
-        if failure is not None:
-            raise failure
-        if done or chunk is None:
-            return
+            self.stage = self.clock.bound(self.clock.next_gap(), "between chunks")
+        self.over = done or chunk is None
+        return coalesced(events), failure
 
 
 async def _next_chunk(response: Reply, stage: Stage) -> bytes | None:

@@ -74,13 +74,9 @@ class AppState(State):
         super().__delattr__(key)
         object.__delattr__(self, key)
 
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(key, value)
-        object.__setattr__(self, key, value)
-
-    def __delitem__(self, key: str) -> None:
-        super().__delitem__(key)
-        object.__delattr__(self, key)
+    # `state["name"]` does what `state.name` does (Starlette's store the same dict entry either way).
+    __setitem__ = __setattr__
+    __delitem__ = __delattr__
 
 
 def install_error_handlers(app: FastAPI) -> None:

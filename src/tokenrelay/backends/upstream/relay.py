@@ -220,28 +220,24 @@ def _read_messages(
     gathered and read together (`_plain_run`): all a stream's text chunks but the first, usually. Any other
     plain `data:` event goes to `_plain_message`, and the rest through `_chunk_events`."""
     got = False
-    head = template.head if template is not None else None
-    tail = template.tail if template is not None else b""
+    head, tail = _learned_ends(template)
     run: list[bytes] = []  # learned chunks in a row, not yet read
     for message in messages:
+        if type(message) is bytes and head is not None and message.startswith(head) and message.endswith(tail):
+            run.append(message)
+            got = True
+            continue
+        if run:
+            _plain_run(run, parse, events, template)  # type: ignore[arg-type]  # a run needs a learned template
+            run = []
         if type(message) is bytes:
-            if head is not None and message.startswith(head) and message.endswith(tail):
-                run.append(message)
-                got = True
-                continue
-            if run:
-                _plain_run(run, parse, events, template)  # type: ignore[arg-type]  # `head` is the template's
-                run = []
             if message == _DONE:
                 return True, got
             got = True
             _plain_message(message, parse, events, template)
-            head = template.head if template is not None else None  # learned from this message, perhaps
-            tail = template.tail if template is not None else b""
+            if head is None:
+                head, tail = _learned_ends(template)  # learned from this message, perhaps
             continue
-        if run:
-            _plain_run(run, parse, events, template)  # type: ignore[arg-type]
-            run = []
         if message.data == "[DONE]":
             # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would wait
             # with it) nor judged: a node that breaks its framing after [DONE] has still answered. The body's
@@ -252,6 +248,11 @@ def _read_messages(
     if run:
         _plain_run(run, parse, events, template)  # type: ignore[arg-type]
     return False, got
+
+
+def _learned_ends(template: ChunkTemplate | None) -> tuple[bytes | None, bytes]:
+    """The bytes a learned chunk starts and ends with (None while nothing is learned)."""
+    return (None, b"") if template is None else (template.head, template.tail)
 
 
 def _plain_run(run: list[bytes], parse: Parser, events: list[Event], template: ChunkTemplate) -> None:

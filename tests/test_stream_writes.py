@@ -41,9 +41,13 @@ META = ResponseMeta(id="chatcmpl-1", created=0, model="m", system_fingerprint="f
 
 
 async def writes_of(events: AsyncIterator[Event]) -> list[list[bytes]]:
-    """Serve the events as an SSE response; the frames of each body message, in order."""
-    response = await streamed(ChatChunker(META, want_logprobs=False).chunks(events), Deadlines())
+    """Serve the events as an SSE response; the frames of each body message, in order. The call is reported
+    once, after the last body message."""
     bodies: list[dict[str, Any]] = []
+    reports: list[int] = []  # the number of body messages sent when the call was reported
+    response = await streamed(
+        ChatChunker(META, want_logprobs=False).chunks(events), Deadlines(), lambda: reports.append(len(bodies))
+    )
     done = asyncio.Event()
 
     async def send(message: dict[str, Any]) -> None:
@@ -58,6 +62,7 @@ async def writes_of(events: AsyncIterator[Event]) -> list[list[bytes]]:
 
     await response({"type": "http"}, receive, send)
     assert [m["more_body"] for m in bodies] == [True] * (len(bodies) - 1) + [False]
+    assert reports == [len(bodies)]
     return [[f + b"\n\n" for f in m["body"].split(b"\n\n") if f] for m in bodies]
 
 
@@ -150,3 +155,36 @@ async def test_the_outbox_holds_only_while_paced_and_keeps_the_order() -> None:
     await outbox.put(b"5")  # what is held goes first
     await outbox.close()
     assert sent == [(b"1", True), (b"23", True), (b"45", True), (b"", False)]
+
+
+async def test_a_stream_is_reported_once_after_its_last_write_or_when_the_client_is_gone() -> None:
+    """The log line, metrics and ledger row of a stream are made once its bytes are out, as a whole answer's
+    are (`ReportedResponse`): made as the events ended, they came before the last write. A client that went
+    away mid-stream still gets its call reported, once, with the events closed first."""
+    closed: list[bool] = []
+
+    async def engine() -> AsyncIterator[Event]:
+        try:
+            for word in ("one", " two", " three"):
+                yield TextDelta(0, word)
+            yield Finish(0, "stop")
+        finally:
+            closed.append(True)
+
+    sent: list[bool] = []
+    reports: list[tuple[int, list[bool]]] = []
+
+    async def gone_after_two(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            if len(sent) == 2:
+                raise OSError("the client went away")
+            sent.append(message["more_body"])
+
+    async def receive() -> dict[str, str]:
+        await asyncio.sleep(3600)  # the client says nothing; the failed write ends the stream
+        return {"type": "http.disconnect"}
+
+    events = ChatChunker(META, want_logprobs=False).chunks(engine())
+    response = await streamed(events, Deadlines(), lambda: reports.append((len(sent), list(closed))))
+    await response({"type": "http"}, receive, gone_after_two)
+    assert sent == [True, True] and reports == [(2, [True])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -64,7 +64,14 @@ class EventStream(StreamingResponse):
     spec 2.3); one watcher task (`DisconnectWatch`) does the same for less. Frames go out through an
     `Outbox`, which writes a paced producer's frames once per node read (see `tokenrelay.outbox`)."""
 
-    def __init__(self, chunks: AsyncIterator[Chunk], first: Chunk | None, outbox: Outbox, deadlines: Deadlines) -> None:
+    def __init__(
+        self,
+        chunks: AsyncIterator[Chunk],
+        first: Chunk | None,
+        outbox: Outbox,
+        deadlines: Deadlines,
+        report: Callable[[], None],
+    ) -> None:
         # Not Starlette's `__init__`: it works out the same three headers from a dict for every stream (about 3
         # us a response here). `_headers` has Starlette make them once; `__call__` (ours) reads no other field.
         self.status_code = 200
@@ -74,8 +81,17 @@ class EventStream(StreamingResponse):
         self.first = first
         self.outbox = outbox
         self.deadlines = deadlines
+        self.report = report
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._send(receive, send)
+        finally:
+            # After the last write (which the server sends at the end of this loop turn), so the client does not
+            # wait for the call's log line, metrics and ledger row; however the stream ended.
+            self.report()
+
+    async def _send(self, receive: Receive, send: Send) -> None:
         chunks, outbox = self.body_iterator, self.outbox
         with DisconnectWatch(receive, self.deadlines) as watch:
             try:
@@ -89,5 +105,5 @@ class EventStream(StreamingResponse):
             except OSError:
                 return  # the client went away while we sent
             finally:
-                await aclose_quietly(chunks)  # however it ended, the call behind it is reported now
+                await aclose_quietly(chunks)  # however it ended, the call behind it has its last events now
         await outbox.close()

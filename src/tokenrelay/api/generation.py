@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
@@ -61,14 +62,15 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
             include_usage=body.include_usage,
             **endpoint.meta_extra(body),
         )
-        # A whole answer is reported once its bytes are out (`ReportedResponse`): the client does not wait for
-        # the log line, metrics and ledger row (about 80 us of a relayed request's 1 ms, at concurrency 1).
-        report = services.end_call if body.stream else _later
-        events = observed(endpoint.events(backend, body, call.request_id), call, report)
+        # An answer is reported once its last bytes are handed to the server (`ReportedResponse`, `EventStream`'s
+        # `report`), so they leave before its log line, metrics and ledger row are made. A stream reported as its
+        # events ended had them made first: its last write waited for them.
+        events = observed(endpoint.events(backend, body, call.request_id), call, _later)
+        report = functools.partial(services.end_call, call)
         if body.stream:
-            return await streamed(endpoint.chunks(body, meta, events), services.deadlines)
+            return await streamed(endpoint.chunks(body, meta, events), services.deadlines, report)
         answer = endpoint.body(body, meta, await collected(request, events, services.deadlines))
-        return ReportedResponse(answer, report=lambda: services.end_call(call))
+        return ReportedResponse(answer, report=report)
     except ClientGone as exc:
         record_failure(call, exc)
         services.end_call(call)
@@ -79,17 +81,18 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         raise
 
 
-async def streamed(chunks: AsyncIterator[Chunk], deadlines: Deadlines) -> Response:
-    # Errors raised before the first chunk (validation inside the backend, a full queue) keep their HTTP
-    # status; later ones become an SSE error event followed by [DONE].
+async def streamed(chunks: AsyncIterator[Chunk], deadlines: Deadlines, report: Callable[[], None]) -> Response:
+    """The stream's response once its first chunk is in; `report` is called once its last bytes are out (or
+    sending failed). Errors raised before the first chunk (validation inside the backend, a full queue) keep
+    their HTTP status, and are the caller's to report; later ones become an SSE error event followed by [DONE]."""
     outbox = Outbox()
     current_outbox.set(outbox)  # before the backend starts: a paced producer finds it (see `tokenrelay.outbox`)
     first = await anext(chunks, None)
-    return EventStream(chunks, first, outbox, deadlines)
+    return EventStream(chunks, first, outbox, deadlines, report)
 
 
 def _later(call: Call) -> None:
-    """`observed`'s report for a whole answer: left to `ReportedResponse`, after the bytes are sent."""
+    """`observed`'s report: left to the response (`ReportedResponse`, `EventStream`), after its bytes are sent."""
 
 
 class ReportedResponse(JSONResponse):

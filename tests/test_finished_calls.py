@@ -10,6 +10,7 @@ import pytest
 from event_loops import on_both_loops
 from tokenrelay.calls import Call
 from tokenrelay.finished import FinishedCalls, Observer
+from tokenrelay.turnwrites import TurnFlush
 
 
 def calls(n: int) -> list[Call]:
@@ -32,6 +33,20 @@ async def test_the_calls_of_a_turn_are_reported_in_the_next_turn_observer_by_obs
     finished.add(calls(1)[0])
     await asyncio.sleep(0)
     assert seen[-2:] == [("log", "r0"), ("ledger", "r0")]  # a later turn's calls get a report of their own
+
+
+@on_both_loops
+async def test_a_write_held_before_a_call_is_reported_goes_out_before_its_observers_run() -> None:
+    """What lets a response report its call after its last write (`ReportedResponse`, `EventStream`): the held
+    write's flush (`turnwrites`) was queued first, so the bytes leave before the log line, metrics and ledger
+    row are made."""
+    order: list[str] = []
+    flushes = TurnFlush()
+    finished = FinishedCalls([lambda call: order.append(f"observed {call.request_id}")])
+    flushes.soon(lambda: order.append("flushed"))
+    finished.add(calls(1)[0])
+    await asyncio.sleep(0)
+    assert order == ["flushed", "observed r0"]
 
 
 @on_both_loops

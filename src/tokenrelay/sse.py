@@ -62,7 +62,8 @@ class EventStream(StreamingResponse):
 
     Starlette's own `__call__` watches for the disconnect with a task group per response on uvicorn (ASGI
     spec 2.3); one watcher task (`DisconnectWatch`) does the same for less. Frames go out through an
-    `Outbox`, which writes a paced producer's frames once per node read (see `tokenrelay.outbox`)."""
+    `Outbox`, which writes a paced producer's frames once per node read (see `tokenrelay.outbox`). `report`
+    is called once the response is over, its last write made or failed."""
 
     def __init__(
         self,
@@ -87,8 +88,9 @@ class EventStream(StreamingResponse):
         try:
             await self._send(receive, send)
         finally:
-            # After the last write (which the server sends at the end of this loop turn), so the client does not
-            # wait for the call's log line, metrics and ledger row; however the stream ended.
+            # After the last write, however the stream ended. The write's flush was queued on the loop as it was
+            # made (`turnwrites`), before the report queues the call's log line, metrics and ledger row
+            # (`finished`): the bytes leave first.
             self.report()
 
     async def _send(self, receive: Receive, send: Send) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -111,8 +111,9 @@ def _tokens_in(event: TextDelta | ToolCallDelta) -> int:
     return 1 if event.text else 0
 
 
-async def observed(events: AsyncIterator[Event], call: Call, done: Callable[[Call], None]) -> AsyncIterator[Event]:
-    """Pass events through, recording them on `call`; report the call exactly once however it ends."""
+async def observed(events: AsyncIterator[Event], call: Call) -> AsyncIterator[Event]:
+    """Pass events through, recording them on `call`; however they end, the call then has its end time and
+    its usage (estimated where the backend reported none). Reporting it is the response's (`api.generation`)."""
     try:
         async for event in events:
             call.saw(event)
@@ -126,7 +127,6 @@ async def observed(events: AsyncIterator[Event], call: Call, done: Callable[[Cal
         await aclose_quietly(events)
         call.ended = time.monotonic()
         call.estimate_usage()
-        done(call)
 
 
 async def aclose_quietly(events: AsyncIterator[Event]) -> None:

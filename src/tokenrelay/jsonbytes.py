@@ -42,12 +42,11 @@ def orjson_exact(data: bytes) -> bool:
     return data.translate(_DIGITS_AS_ZEROS).find(_LONG_RUN) < 0
 
 
-def loads(text: str | bytes, *, checked: bool = False) -> Any:
-    """`json.loads(text)`, faster for the usual text (see the module's note). `checked`: the caller found
-    `orjson_exact` true of text that holds this one (a whole read from a node: one check for all its chunks)."""
+def loads(text: str | bytes) -> Any:
+    """`json.loads(text)`, faster for the usual text (see the module's note)."""
     # surrogatepass: a lone surrogate becomes bytes that orjson refuses, so `json` reads that text as before
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    if checked or orjson_exact(data):
+    if orjson_exact(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -65,7 +65,7 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         # An answer is reported once its last bytes are handed to the server (`ReportedResponse`, `EventStream`'s
         # `report`), so they leave before its log line, metrics and ledger row are made. A stream reported as its
         # events ended had them made first: its last write waited for them.
-        events = observed(endpoint.events(backend, body, call.request_id), call, _later)
+        events = observed(endpoint.events(backend, body, call.request_id), call)
         report = functools.partial(services.end_call, call)
         if body.stream:
             return await streamed(endpoint.chunks(body, meta, events), services.deadlines, report)
@@ -89,10 +89,6 @@ async def streamed(chunks: AsyncIterator[Chunk], deadlines: Deadlines, report: C
     current_outbox.set(outbox)  # before the backend starts: a paced producer finds it (see `tokenrelay.outbox`)
     first = await anext(chunks, None)
     return EventStream(chunks, first, outbox, deadlines, report)
-
-
-def _later(call: Call) -> None:
-    """`observed`'s report: left to the response (`ReportedResponse`, `EventStream`), after its bytes are sent."""
 
 
 class ReportedResponse(JSONResponse):

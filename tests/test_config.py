@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenrelay.cli import build_parser, overrides_from
-from tokenrelay.config import DEFAULT_MODEL_ID, load_settings
+from tokenrelay.config import DEFAULT_MODEL_IDS, load_settings
 
 
 def test_file_then_env_then_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +29,7 @@ def test_file_then_env_then_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_default_model_when_none_configured() -> None:
-    assert [m.id for m in load_settings(None).served_models()] == [DEFAULT_MODEL_ID]
+    assert [m.id for m in load_settings(None).served_models()] == list(DEFAULT_MODEL_IDS)
 
 
 def test_model_id_must_follow_a_model() -> None:

@@ -138,7 +138,11 @@ def test_all_roles_names_and_text_parts_render_through_the_template(client: Open
     conversation = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "What is 2+2?", "name": "alice"},
-        {"role": "assistant", "content": "4"},
+        {
+            "role": "assistant",
+            "content": "4",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}],
+        },
         {"role": "tool", "content": "calculator says 4", "tool_call_id": "call_1"},
         {"role": "user", "content": [{"type": "text", "text": "And 3+3?"}]},
     ]

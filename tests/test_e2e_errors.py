@@ -35,6 +35,9 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
     return error
 
 
+CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+ASKED = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": None, "tool_calls": [CALL]}]
+
 CHAT_CASES = [
     ({"temperature": 2.5}, "temperature"),
     ({"temperature": -0.1}, "temperature"),
@@ -59,6 +62,9 @@ CHAT_CASES = [
     ({"stream": "yes"}, "stream"),
     ({"seed": 1.5}, "seed"),
     ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "4"}]}, "messages.1.tool_call_id"),
+    ({"messages": [{"role": "tool", "content": "4", "tool_call_id": "call_1"}]}, "messages.0.tool_call_id"),
+    ({"messages": [*ASKED, {"role": "tool", "content": "4", "tool_call_id": "call_2"}]}, "messages.2.tool_call_id"),
 ]
 
 
@@ -84,6 +90,11 @@ COMPLETION_CASES = [
 @pytest.mark.parametrize(("change", "param"), COMPLETION_CASES)
 def test_completion_field_violations(server, change: dict, param: str) -> None:
     assert_error(post(server, "/v1/completions", COMPLETION | change), 400, param)
+
+
+def test_a_tool_message_answering_an_earlier_call_is_accepted(server) -> None:
+    answered = [*ASKED, {"role": "tool", "content": "4", "tool_call_id": "call_1"}]
+    assert post(server, "/v1/chat/completions", CHAT | {"messages": answered}).status_code == 200
 
 
 def test_context_window_overflow_names_the_cause(server) -> None:

@@ -53,7 +53,9 @@ class Fleet:
 def start_llama_server(tmp: Path, gguf: Path) -> Server:
     port = free_port()
     log_path = tmp / f"llama-server-{port}.log"
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1"]
+    # Through the launcher that keeps repacked (AMX) weights off: see tests/llama_cpp_node.py.
+    command = [sys.executable, str(Path(__file__).with_name("llama_cpp_node.py")), "--model", str(gguf)]
+    command += ["--host", "127.0.0.1"]
     command += ["--port", str(port), "--n_threads", "1", "--n_ctx", "1024", "--model_alias", "gemma-node"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -12,7 +12,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-DEFAULT_MODEL_ID = "gemma-3-270m"
+# Served when no model is configured: a base model for completions and an instruct model for chat.
+DEFAULT_MODEL_IDS = ("gemma-3-270m", "smollm2-135m-instruct")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -167,7 +168,7 @@ class ModelSettings(BaseModel):
 
     @model_validator(mode="after")
     def _has_a_backend(self) -> ModelSettings:
-        if self.path is None and not self.upstreams and self.id != DEFAULT_MODEL_ID:
+        if self.path is None and not self.upstreams and self.id not in DEFAULT_MODEL_IDS:
             raise ValueError(f"model {self.id!r} needs a GGUF `path` or at least one upstream")
         return self
 
@@ -208,8 +209,8 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
 
     def served_models(self) -> list[ModelSettings]:
-        """Configured models, or the default model when none is configured."""
-        return self.models or [ModelSettings(id=DEFAULT_MODEL_ID)]
+        """Configured models, or the default models when none is configured."""
+        return self.models or [ModelSettings(id=model_id) for model_id in DEFAULT_MODEL_IDS]
 
     def engine_for(self, model: ModelSettings) -> EngineSettings:
         return model.engine or self.engine

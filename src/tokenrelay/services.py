@@ -12,13 +12,13 @@ from starlette.requests import Request
 from tokenrelay.accounting import Accounting
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
-from tokenrelay.backends.llamacpp.default_model import ensure_default_model
+from tokenrelay.backends.llamacpp.default_model import DEFAULT_MODELS
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.members import EmbeddedMember
 from tokenrelay.backends.upstream.metering import EngineCounter
 from tokenrelay.calls import Call
-from tokenrelay.config import DEFAULT_MODEL_ID, ModelSettings, Settings, UpstreamSettings
+from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
 from tokenrelay.deadlines import Deadlines
 from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.finished import FinishedCalls
@@ -76,10 +76,11 @@ class Services:
 
     def _engine_for(self, model: ModelSettings) -> LlamaCppBackend:
         path = model.path
-        if path is None and model.id == DEFAULT_MODEL_ID:
-            path = ensure_default_model(self.settings.data_dir)
+        if path is None:  # a default model (the settings allow no other without a path)
+            path = DEFAULT_MODELS[model.id](self.settings.data_dir)
         template = model.chat_template or self.settings.chat_template
-        return LlamaCppBackend(model.id, path, self.settings.engine_for(model), template)
+        probes = self.settings.data_dir / "cpu-probes"
+        return LlamaCppBackend(model.id, path, self.settings.engine_for(model), template, probe_dir=probes)
 
     def _routed(
         self, model_id: str, model: ModelSettings | None, engine: Backend | None, nodes: list[UpstreamSettings]

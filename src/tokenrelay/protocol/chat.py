@@ -184,6 +184,17 @@ class ChatCompletionRequest(GenerationRequest):
         _check_choice(self.function_call, [f.name for f in self.functions or []], "function_call", "functions")
         return self
 
+    @model_validator(mode="after")
+    def _tool_messages_answer_calls(self) -> ChatCompletionRequest:
+        """A `tool` message answers a call an earlier assistant message made, by its id (as OpenAI checks)."""
+        made: set[str] = set()
+        for i, message in enumerate(self.messages):
+            if isinstance(message, AssistantMessage):
+                made.update(call.id for call in message.tool_calls or [])
+            elif isinstance(message, ToolMessage):
+                _check_answer(message, i, made)
+        return self
+
     @property
     def token_limit(self) -> int | None:
         """`max_completion_tokens` is the newer name; it wins when both are sent."""
@@ -201,3 +212,18 @@ def _check_choice(choice: object, names: list[str], param: str, listed: str) -> 
         raise InvalidRequest(f"`{param}` names the function `{name}` but no `{listed}` were given.", param=param)
     if name not in names:
         raise InvalidRequest(f"`{param}` names `{name}`, which is not among the `{listed}`.", param=param)
+
+
+def _check_answer(message: ToolMessage, index: int, made: set[str]) -> None:
+    if not message.tool_call_id:
+        raise InvalidRequest(
+            f"Missing required parameter: 'messages[{index}].tool_call_id'.",
+            param=f"messages.{index}.tool_call_id",
+            code="missing_required_parameter",
+        )
+    if message.tool_call_id not in made:
+        raise InvalidRequest(
+            f"Invalid parameter: messages[{index}] has role 'tool' but answers tool_call_id "
+            f"{message.tool_call_id!r}, which no earlier assistant message's 'tool_calls' made.",
+            param=f"messages.{index}.tool_call_id",
+        )

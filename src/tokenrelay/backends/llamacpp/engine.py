@@ -15,6 +15,7 @@ import llama_cpp
 from tokenrelay import __version__
 from tokenrelay.backends.base import Event, Finish, ModelCard, TextDelta, TokenLogprob, Usage
 from tokenrelay.backends.llamacpp import prompts
+from tokenrelay.backends.llamacpp.cpu import RepackVerdict, build_features, cpu_report, repack_verdict
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
@@ -63,7 +64,14 @@ class LlamaCppBackend:
 
     kind = "llama.cpp"
 
-    def __init__(self, model_id: str, path: Path, engine: EngineSettings, chat_template: Path | None = None) -> None:
+    def __init__(
+        self,
+        model_id: str,
+        path: Path,
+        engine: EngineSettings,
+        chat_template: Path | None = None,
+        probe_dir: Path | None = None,
+    ) -> None:
         self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(path.stat().st_mtime))
         self.path = path
         self.engine_settings = engine
@@ -72,6 +80,9 @@ class LlamaCppBackend:
         self.template: ChatTemplate | None = None
         self.scheduler: Scheduler | None = None
         self.vocabulary: GrammarVocabulary | None = None
+        self.probe_dir = probe_dir  # where the repacking check keeps its verdicts (None: not kept)
+        self.repacked = False
+        self.repack_verdict: RepackVerdict | None = None
         self._fingerprint = self._make_fingerprint(path)
 
     @staticmethod
@@ -87,7 +98,8 @@ class LlamaCppBackend:
     def _load(self) -> None:
         log.info("loading model %s from %s", self.card.id, self.path)
         progress = Progress(f"loading model {self.card.id}", log)
-        model = LlamaModel(self.path, repack_weights=self.engine_settings.repack_weights, on_progress=progress.update)
+        self.repacked = self._repacking_allowed()
+        model = LlamaModel(self.path, repack_weights=self.repacked, on_progress=progress.update)
         source, origin = template_for(model.architecture, model.chat_template, self.template_override)
         bos, eos = model.special("bos"), model.special("eos")
         self.template = ChatTemplate(
@@ -103,13 +115,25 @@ class LlamaCppBackend:
         # Known only once the context exists; admission uses it to bound a request without max_tokens.
         self.card = replace(self.card, context_length=self.scheduler.context.n_ctx_seq)
         log.info(
-            "model %s ready: %s, chat template %s, %d slots x %d tokens",
+            "model %s ready: %s, chat template %s, %d slots x %d tokens, weights %s; llama.cpp %s",
             self.card.id,
             model.architecture,
             origin,
             self.engine_settings.slots,
             self.scheduler.context.n_ctx_seq,
+            "repacked" if self.repacked else "not repacked",
+            build_features(),
         )
+
+    def _repacking_allowed(self) -> bool:
+        """Repacked weights only when configured and a child process has decoded with them here (see `cpu`)."""
+        if not self.engine_settings.repack_weights:
+            return False
+        self.repack_verdict = repack_verdict(self.path, self.probe_dir)
+        if not self.repack_verdict.safe:
+            reason = self.repack_verdict.detail.removeprefix("failed: ")
+            log.warning("model %s: repack_weights is on but %s; serving without repacking", self.card.id, reason)
+        return self.repack_verdict.safe
 
     async def close(self) -> None:
         if self.scheduler is not None:
@@ -135,6 +159,7 @@ class LlamaCppBackend:
             "queue_depth": self.scheduler.queue_depth,
             "context_per_slot": self.n_ctx,
             "kernel_invariance_probe": self.scheduler.kernels_invariant,
+            "cpu": cpu_report(self.repacked, self.repack_verdict),
             "steps": stats.steps,
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,

@@ -1,0 +1,40 @@
+"""The child process of the repacking check (see `cpu`): load a model with repacked weights and decode.
+
+It evaluates a prompt of several rows (the multi-row kernels) and then single tokens, the two shapes a
+serving step uses. Dying here, by a signal, is the answer the parent is asking for.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.model import LlamaModel
+from tokenrelay.config import EngineSettings
+
+PROMPT_ROWS = 16
+SINGLE_STEPS = 4
+
+
+def probe(path: Path) -> None:
+    model = LlamaModel(path, repack_weights=True)
+    context = LlamaContext(model, EngineSettings(slots=1, ctx_per_slot=128, prefill_chunk=PROMPT_ROWS, threads=1))
+    tokens = model.tokenize("The quick brown fox jumps over the lazy dog. " * 4, add_special=True, parse_special=False)
+    batch = context.batch
+    batch.clear()
+    for pos, token in enumerate(tokens[:PROMPT_ROWS]):
+        batch.add(token, pos, 0, pos == PROMPT_ROWS - 1)
+    if context.decode() != 0:
+        raise SystemExit("llama_decode failed on the prompt")
+    for step in range(SINGLE_STEPS):
+        batch.clear()
+        batch.add(tokens[0], PROMPT_ROWS + step, 0, True)
+        if context.decode() != 0:
+            raise SystemExit("llama_decode failed on a single token")
+    context.close()
+    model.close()
+
+
+if __name__ == "__main__":
+    probe(Path(sys.argv[1]))

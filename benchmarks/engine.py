@@ -1,12 +1,17 @@
-"""Embedded engine throughput: tokenrelay vs llama-cpp-python's own server, same model, same prompts.
+"""Embedded engine throughput: tokenrelay vs llama.cpp's own `llama-server`, same GGUF, same requests.
 
-Runs, in one go: tokenrelay (continuous batching) and `python -m llama_cpp.server` on the default model, each
-at concurrency 1, 4 and 16 with fixed prompts, streaming 48-token greedy completions. Prints aggregate decode
-tokens/s, time to first token p50/p99 and resident memory side by side, plus how many greedy outputs under
-concurrency equal the same request run alone (batch invariance), and constrained decoding speed as a fraction
-of unconstrained (`constrained.py`).
+Runs, in one go, three servers on the default Gemma model, alternating trial by trial:
+- `tokenrelay`: `tokenrelay serve` with its default engine settings;
+- `tokenrelay-tiled-auto`: the same, with llama.cpp's tiled K-quant kernel left to pick itself by row count
+  (`GGML_CPU_TILED_MM_FORCE=0`): the build without the batch-invariance change, for its cost;
+- `llama-server`: built from the sdist of the installed llama-cpp-python (cmake, server target only, cached under
+  the work dir), run as `llama-server -np 16 -c 16384 -t THREADS`.
+Each level (1 and 16 concurrent clients) streams 48-token sampled completions (temperature 0.8, seeded, end of
+text banned so every request makes the same number of tokens). Prints aggregate tokens/s, time to first token
+p50/p99 and RSS per server and level, the ratios, and how many of 16 greedy and 16 seeded completions run
+together equal the same requests run alone; then constrained decoding speed (`constrained.py`).
 
-    python benchmarks/engine.py [--max-tokens 48] [--rounds 2] [--trials 3] [--seqs-per-pass 7]
+    python benchmarks/engine.py [--max-tokens 48] [--rounds 2] [--trials 3] [--llama-server PATH]
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -31,31 +36,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import free_port, server_env, shared_data_dir  # noqa: E402
 from constrained import constrained_report  # noqa: E402
+from peer_build import llama_server_binary  # noqa: E402
+from tokenrelay.backends.llamacpp.cpu import cpu_flags  # noqa: E402
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model  # noqa: E402
 
-PROMPTS = [
-    f"Story {i}: Once upon a time in a land of {topic}, there lived"
-    for i, topic in enumerate(
-        [
-            "rivers",
-            "mountains",
-            "glass",
-            "clocks",
-            "bees",
-            "salt",
-            "wind",
-            "lanterns",
-            "snow",
-            "copper",
-            "owls",
-            "ferns",
-            "ships",
-            "bells",
-            "moss",
-            "stars",
-        ]
-    )
-]
+MODEL = "gemma-3-270m"
+NO_EOS = {"1": -100, "106": -100}  # Gemma's end-of-text and end-of-turn tokens
+TOPICS = "rivers mountains glass clocks bees salt wind lanterns snow copper owls ferns ships bells moss stars"
+PROMPTS = [f"Story {i}: Once upon a time in a land of {topic}, there lived" for i, topic in enumerate(TOPICS.split())]
+LEVELS = (1, 16)
 
 
 @dataclass
@@ -63,11 +52,18 @@ class Result:
     tokens: int
     seconds: float
     ttfts: list[float]
-    texts: list[str]
 
     @property
     def tok_s(self) -> float:
         return self.tokens / self.seconds
+
+
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    base: str
+    runs: dict[int, list[Result]] = field(default_factory=dict)
 
 
 def rss_mib(pid: int) -> float:
@@ -77,75 +73,75 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def start(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
+def start(name: str, command: list[str], logs: Path, env: dict[str, str] | None = None) -> Server:
+    port = int(command[command.index("--port") + 1])
+    log = logs / f"{name}.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=server_env())
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=server_env(env))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{command[:4]} exited:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(f"{name} exited:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                return process
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return Server(name, process, f"http://127.0.0.1:{port}")
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
     process.kill()
-    raise RuntimeError("server did not start")
+    raise RuntimeError(f"{name} did not start")
 
 
-async def one(
-    client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int, stream: bool = True
-) -> tuple[int, float, str]:
-    """(completion tokens, time to first token, text) of one greedy completion.
-
-    Non-streamed requests report their whole latency as the time to first token (an upper bound)."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+async def one(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[int, float, str]:
+    """(completion tokens, time to first token, text) of one streamed completion."""
     started = time.perf_counter()
-    if not stream:
-        reply = (await client.post("/v1/completions", json=body)).json()
-        return reply["usage"]["completion_tokens"], time.perf_counter() - started, reply["choices"][0]["text"]
-    body["stream_options"] = {"include_usage": True}
-    ttft, text, tokens, counted = None, [], 0, 0
-    async with client.stream("POST", "/v1/completions", json=body) as response:
+    ttft, text = None, []
+    async with client.stream("POST", "/v1/completions", json=body | {"stream": True}) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices"):
-                piece = chunk["choices"][0].get("text") or ""
-                if piece and ttft is None:
-                    ttft = time.perf_counter() - started
-                text.append(piece)
-                counted += 1 if piece else 0
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    # llama_cpp.server sends no usage chunk; both servers send one chunk per generated token.
-    return tokens or counted, ttft if ttft is not None else float("nan"), "".join(text)
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            piece = choices[0].get("text") or ""
+            if piece and ttft is None:
+                ttft = time.perf_counter() - started
+            text.append(piece)
+    # Both servers send one chunk per generated token (and no end of text is allowed): tokens = chunks with text.
+    return sum(1 for piece in text if piece), ttft if ttft is not None else float("nan"), "".join(text)
 
 
-async def run_level(
-    base: str, model: str, concurrency: int, max_tokens: int, rounds: int, stream: bool = True
-) -> Result:
-    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(concurrency * rounds)]
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for p in prompts:
-        queue.put_nowait(p)
+def body(prompt: str, max_tokens: int, seed: int | None, temperature: float) -> dict[str, object]:
+    out: dict[str, object] = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "logit_bias": NO_EOS}
+    out["temperature"] = temperature
+    if seed is not None:
+        out["seed"] = seed
+    return out
+
+
+async def run_level(base: str, concurrency: int, max_tokens: int, rounds: int) -> Result:
+    work = [body(PROMPTS[i % len(PROMPTS)], max_tokens, i, 0.8) for i in range(concurrency * rounds)]
     outs: list[tuple[int, float, str]] = []
 
-    async def worker() -> None:
-        while not queue.empty():
-            # A connection per request: llama_cpp.server drops queued streams that arrive on a reused
-            # keep-alive connection; loopback connects cost nothing next to token generation.
-            async with httpx.AsyncClient(base_url=base, timeout=600) as client:
-                outs.append(await one(client, model, queue.get_nowait(), max_tokens, stream))
+    async def worker(client: httpx.AsyncClient) -> None:
+        while work:
+            outs.append(await one(client, work.pop()))
 
-    async with httpx.AsyncClient(base_url=base, timeout=600) as client:
-        await one(client, model, PROMPTS[0], 2)  # warm-up
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    seconds = time.perf_counter() - started
-    return Result(sum(o[0] for o in outs), seconds, [o[1] for o in outs], [o[2] for o in outs])
+    limits = httpx.Limits(max_connections=concurrency + 1)
+    async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
+        await one(client, body(PROMPTS[0], 2, 0, 0.8))  # warm-up
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        seconds = time.perf_counter() - started
+    return Result(sum(o[0] for o in outs), seconds, [o[1] for o in outs])
+
+
+def trial(server: Server, level: int, args: argparse.Namespace) -> None:
+    result = asyncio.run(run_level(server.base, level, args.max_tokens, args.rounds))
+    server.runs.setdefault(level, []).append(result)
+    print(
+        f"  {server.name:<22} c={level:<3} {result.tok_s:7.1f} tok/s  ttft p50 {pct(result.ttfts, 0.5):6.0f} ms"
+        f"  p99 {pct(result.ttfts, 0.99):6.0f} ms  rss {rss_mib(server.process.pid):5.0f} MiB",
+        flush=True,
+    )
 
 
 def pct(values: list[float], q: float) -> float:
@@ -153,33 +149,80 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-async def greedy_texts(base: str, model: str, concurrency: int, max_tokens: int) -> list[str]:
-    async with httpx.AsyncClient(base_url=base, timeout=600) as client:
-        outs = await asyncio.gather(*(one(client, model, p, max_tokens) for p in PROMPTS[:concurrency]))
-    return [o[2] for o in outs]
+async def texts(base: str, bodies: list[dict[str, object]], together: bool) -> list[str]:
+    async with httpx.AsyncClient(base_url=base, timeout=600, limits=httpx.Limits(max_connections=17)) as client:
+        if together:
+            return [o[2] for o in await asyncio.gather(*(one(client, b) for b in bodies))]
+        return [(await one(client, b))[2] for b in bodies]
 
 
-@dataclass
-class Server:
-    name: str
-    process: subprocess.Popen[bytes]
-    base: str
-    model: str
-    runs: dict[int, list[Result]]
+def identical(server: Server, max_tokens: int, seeded: bool) -> int:
+    """How many of 16 completions (greedy, or sampled with a seed) run together equal the same request alone."""
+    bodies = [body(p, max_tokens, 1000 + i if seeded else None, 0.8 if seeded else 0.0) for i, p in enumerate(PROMPTS)]
+    alone = asyncio.run(texts(server.base, bodies, together=False))
+    together = asyncio.run(texts(server.base, bodies, together=True))
+    return sum(a == b for a, b in zip(alone, together, strict=True))
 
 
-def trial(server: Server, level: int, args: argparse.Namespace) -> Result:
-    # llama_cpp.server drops streams that queue behind another one, so beyond one client it is driven
-    # with non-streamed requests (its "ttft" is then the whole latency, an upper bound).
-    stream = server.name.startswith("tokenrelay") or level == 1
-    result = asyncio.run(run_level(server.base, server.model, level, args.max_tokens, args.rounds, stream))
-    server.runs.setdefault(level, []).append(result)
-    print(
-        f"  {server.name:<18} c={level:<3} {result.tok_s:7.1f} tok/s  ttft p50 {pct(result.ttfts, 0.5):7.0f} ms"
-        f"  p99 {pct(result.ttfts, 0.99):7.0f} ms  rss {rss_mib(server.process.pid):6.0f} MiB",
-        flush=True,
-    )
-    return result
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=2, help="requests per client in one trial")
+    parser.add_argument("--trials", type=int, default=3, help="alternating trials per server and level (medians)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary (default: build one)")
+    parser.add_argument("--work-dir", type=Path, default=ROOT / ".bench-work", help="where the peer build is kept")
+    args = parser.parse_args()
+    data = shared_data_dir()
+    gguf = ensure_default_model(data)
+    binary = args.llama_server or llama_server_binary(args.work_dir)
+    logs = Path(tempfile.mkdtemp(prefix="bench-engine-"))
+    servers: list[Server] = []
+    try:
+        servers.append(start_tokenrelay("tokenrelay", data, gguf, logs, args, {}))
+        servers.append(start_tokenrelay("tokenrelay-tiled-auto", data, gguf, logs, args, AUTO_TILED))
+        servers.append(start_llama_server(binary, gguf, logs, args))
+        # All servers stay up and take turns, trial by trial: load from elsewhere on a shared machine then
+        # falls on each alike, and the medians compare like with like.
+        for level in LEVELS:
+            for _ in range(args.trials):
+                for server in servers:
+                    trial(server, level, args)
+        invariance = {
+            s.name: (identical(s, args.max_tokens, False), identical(s, args.max_tokens, True)) for s in servers
+        }
+        for server in servers[1:]:  # constrained decoding is measured on tokenrelay alone
+            server.process.terminate()
+        constrained = constrained_report(servers[0].base, MODEL)
+        report(servers, invariance, constrained)
+    finally:
+        for server in servers:
+            server.process.terminate()
+            server.process.wait()
+
+
+AUTO_TILED = {"GGML_CPU_TILED_MM_FORCE": "0"}
+
+
+def start_tokenrelay(
+    name: str, data: Path, gguf: Path, logs: Path, args: argparse.Namespace, env: dict[str, str]
+) -> Server:
+    port = free_port()
+    command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--data-dir", str(data)]
+    command += ["--model", str(gguf), "--model-id", MODEL, "--threads", str(args.threads)]
+    server = start(name, command, logs, env)
+    health = httpx.get(f"{server.base}/health").json()["models"][MODEL]
+    print(f"{name}: {health['slots']} slots, kernel invariance probe={health['kernel_invariance_probe']}", flush=True)
+    return server
+
+
+def start_llama_server(binary: Path, gguf: Path, logs: Path, args: argparse.Namespace) -> Server:
+    port = free_port()
+    command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", MODEL]
+    command += ["-np", "16", "-c", "16384", "-t", str(args.threads)]
+    if "amx_int8" in cpu_flags():
+        command.append("--no-repack")  # its native build dies on CPUs that advertise AMX but fault on it
+    return start("llama-server", command, logs)
 
 
 def median_tok_s(server: Server, level: int) -> float:
@@ -190,92 +233,29 @@ def pooled_ttfts(server: Server, level: int) -> list[float]:
     return [t for r in server.runs[level] for t in r.ttfts]
 
 
-def identical_outputs(server: Server, max_tokens: int) -> int:
-    """How many of 16 greedy completions run together equal the same request run alone."""
-    alone = [asyncio.run(one_alone(server.base, server.model, p, max_tokens)) for p in PROMPTS[:16]]
-    together = asyncio.run(greedy_texts(server.base, server.model, 16, max_tokens))
-    return sum(a == b for a, b in zip(alone, together, strict=True))
-
-
-async def one_alone(base: str, model: str, prompt: str, max_tokens: int) -> str:
-    async with httpx.AsyncClient(base_url=base, timeout=600) as client:
-        return (await one(client, model, prompt, max_tokens))[2]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--rounds", type=int, default=2, help="requests per client in one trial")
-    parser.add_argument("--trials", type=int, default=3, help="alternating trials per server and level (medians)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--seqs-per-pass", type=int, default=None, help="tokenrelay's --seqs-per-pass")
-    args = parser.parse_args()
-    data = shared_data_dir()
-    gguf = ensure_default_model(data)
-    logs = Path(tempfile.mkdtemp(prefix="bench-engine-"))
-    servers: list[Server] = []
-    try:
-        servers.append(start_tokenrelay(data, logs, args))
-        servers.append(start_llama_cpp_server(gguf, logs, args))
-        # Both servers stay up and take turns, trial by trial: load from elsewhere on a shared machine
-        # then falls on both alike, and the medians compare like with like.
-        for level in (1, 4, 16):
-            for _ in range(args.trials):
-                for server in servers:
-                    trial(server, level, args)
-        tokenrelay = servers[0]
-        identical = identical_outputs(tokenrelay, args.max_tokens)
-        constrained = constrained_report(tokenrelay.base, tokenrelay.model)
-        report(servers, identical, constrained)
-    finally:
-        for server in servers:
-            server.process.terminate()
-            server.process.wait()
-
-
-def start_tokenrelay(data: Path, logs: Path, args: argparse.Namespace) -> Server:
-    port = free_port()
-    command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--data-dir", str(data)]
-    command += ["--slots", "16", "--ctx-size", "512", "--threads", str(args.threads)]
-    if args.seqs_per_pass is not None:
-        command += ["--seqs-per-pass", str(args.seqs_per_pass)]
-    process = start(command, port, logs / "tokenrelay.log")
-    base = f"http://127.0.0.1:{port}"
-    health = httpx.get(f"{base}/health").json()["models"]["gemma-3-270m"]
-    print(f"tokenrelay: 16 slots, kernel invariance probe={health['kernel_invariance_probe']}", flush=True)
-    return Server("tokenrelay", process, base, "gemma-3-270m", {})
-
-
-def start_llama_cpp_server(gguf: Path, logs: Path, args: argparse.Namespace) -> Server:
-    port = free_port()
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--port", str(port)]
-    command += ["--n_ctx", "2048", "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads)]
-    process = start(command, port, logs / "llama_cpp_server.log")
-    return Server("llama_cpp.server", process, f"http://127.0.0.1:{port}", str(gguf), {})
-
-
-def report(servers: list[Server], identical: int, constrained: list[str]) -> None:
-    print(
-        f"\nmedians of {len(servers[0].runs[1])} alternating trials; ttft percentiles over all trials\n{'':<20}"
-        + "".join(f"{'c=' + str(c) + ' tok/s':>14}{'ttft p50':>10}{'p99':>8}" for c in (1, 4, 16))
-        + f"{'RSS MiB':>9}"
-    )
+def report(servers: list[Server], invariance: dict[str, tuple[int, int]], constrained: list[str]) -> None:
+    header = "".join(f"{'c=' + str(c) + ' tok/s':>14}{'ttft p50':>10}{'p99':>8}" for c in LEVELS)
+    print(f"\nmedians of {len(servers[0].runs[1])} alternating trials; ttft percentiles over all trials")
+    print(f"{'':<24}{header}{'identical greedy/seeded':>26}")
     for server in servers:
         cells = "".join(
             f"{median_tok_s(server, c):>14.1f}{pct(pooled_ttfts(server, c), 0.5):>10.0f}"
             f"{pct(pooled_ttfts(server, c), 0.99):>8.0f}"
-            for c in (1, 4, 16)
+            for c in LEVELS
         )
-        print(f"{server.name:<20}{cells}{rss_mib(server.process.pid):>9.0f}")
-    tokenrelay, peer = servers
-    for level, target in ((16, 2.5), (4, None), (1, 0.95)):
-        ratios = [a.tok_s / b.tok_s for a, b in zip(tokenrelay.runs[level], peer.runs[level], strict=True)]
-        goal = f" (target >= {target}x)" if target else ""
-        of_medians = median_tok_s(tokenrelay, level) / median_tok_s(peer, level)
-        trials = ", ".join(f"{r:.2f}" for r in ratios)
-        print(f"ratio at c={level:<2}: {of_medians:.2f}x of medians{goal}; per trial {trials}")
-    print(f"greedy outputs identical alone vs 16 concurrent: {identical}/16")
+        greedy, seeded = invariance[server.name]
+        print(f"{server.name:<24}{cells}{f'{greedy}/16 / {seeded}/16':>26}")
+    tokenrelay, auto, peer = servers
+    for level, target in ((16, 1.0), (1, 0.95)):
+        print(f"tokenrelay / llama-server at c={level:<2}: {ratio(tokenrelay, peer, level)} (target >= {target}x)")
+    for level in LEVELS:
+        print(f"tokenrelay / tokenrelay-tiled-auto at c={level:<2}: {ratio(tokenrelay, auto, level)}")
     print("\n".join(constrained))
+
+
+def ratio(a: Server, b: Server, level: int) -> str:
+    trials = ", ".join(f"{x.tok_s / y.tok_s:.2f}" for x, y in zip(a.runs[level], b.runs[level], strict=True))
+    return f"{median_tok_s(a, level) / median_tok_s(b, level):.2f}x of medians (per trial {trials})"
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, aligned_take, plan_step, split_passes
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, aligned_take, plan_step
 
 CHUNK = 64
 
@@ -11,7 +11,7 @@ def test_every_decoding_sequence_gets_a_token_while_a_long_prompt_prefills() -> 
     decoding = [0, 1, 2]
     position, pending, steps = 0, 3000, 0
     while pending:
-        plan = plan_step(decoding, [PrefillNeed(3, position, pending)], CHUNK, 256)
+        plan = plan_step(decoding, [PrefillNeed(3, position, pending)], CHUNK)
         assert plan.decode == decoding  # nobody's stream waits for the prompt
         ((key, take),) = plan.prefill
         assert key == 3 and 0 < take <= CHUNK
@@ -22,19 +22,14 @@ def test_every_decoding_sequence_gets_a_token_while_a_long_prompt_prefills() -> 
 def test_short_prompts_share_a_step_up_to_one_chunk_of_tokens_first_come_first_served() -> None:
     needs = [PrefillNeed(0, 0, 20), PrefillNeed(1, 0, 30), PrefillNeed(2, 0, 20), PrefillNeed(3, 0, 5)]
     # 20 + 30 fit; the third (20) would pass 64, and the fourth may not overtake it.
-    assert plan_step([5], needs, CHUNK, 256).prefill == [(0, 20), (1, 30)]
-    assert plan_step([5], [PrefillNeed(0, 0, 40), PrefillNeed(1, 0, 40)], CHUNK, 256).prefill == [(0, 40)]
+    assert plan_step([5], needs, CHUNK).prefill == [(0, 20), (1, 30)]
+    assert plan_step([5], [PrefillNeed(0, 0, 40), PrefillNeed(1, 0, 40)], CHUNK).prefill == [(0, 40)]
 
 
 def test_a_long_prompt_is_still_one_chunk_per_step_and_pieces_stay_aligned() -> None:
-    plan = plan_step([], [PrefillNeed(0, 10, 500), PrefillNeed(1, 0, 3)], CHUNK, 256)
+    plan = plan_step([], [PrefillNeed(0, 10, 500), PrefillNeed(1, 0, 3)], CHUNK)
     assert plan.prefill == [(0, 54), (1, 3)]  # the piece ends on the boundary; what is left fits
-    assert plan_step([], [PrefillNeed(0, 64, 500), PrefillNeed(1, 0, 3)], CHUNK, 256).prefill == [(0, 64)]
-
-
-def test_prompt_pieces_per_step_are_bounded_by_sequences_per_pass() -> None:
-    needs = [PrefillNeed(i, 0, 2) for i in range(10)]
-    assert len(plan_step([], needs, CHUNK, 7).prefill) == 7
+    assert plan_step([], [PrefillNeed(0, 64, 500), PrefillNeed(1, 0, 3)], CHUNK).prefill == [(0, 64)]
 
 
 def test_chunks_end_on_fixed_boundaries_whatever_the_start() -> None:
@@ -47,10 +42,3 @@ def test_chunks_end_on_fixed_boundaries_whatever_the_start() -> None:
 def test_reused_prefixes_are_whole_chunks() -> None:
     assert aligned_prefix(200, CHUNK) == 192
     assert aligned_prefix(63, CHUNK) == 0
-
-
-def test_a_step_is_split_into_passes_of_bounded_sequences() -> None:
-    passes = split_passes(list(range(16)), [(20, 64)], 7)
-    assert passes == [([0, 1, 2, 3, 4, 5], [(20, 64)]), ([6, 7, 8, 9, 10, 11, 12], []), ([13, 14, 15], [])]
-    assert split_passes([0, 1], [], 7) == [([0, 1], [])]
-    assert split_passes([], [(3, 10)], 7) == [([], [(3, 10)])]

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
     serve.add_argument("--queue-size", type=int, help="requests that may wait for a slot before 503")
     serve.add_argument("--prefill-chunk", type=int, help="prompt tokens per step while others decode")
-    serve.add_argument("--seqs-per-pass", type=int, help="sequences per decode call (7: exact batch invariance)")
+    serve.add_argument("--kv-type", choices=["q8_0", "f16"], help="KV cache precision (q8_0: batch-invariant)")
     serve.add_argument("--max-n", type=int, help="largest n / best_of a request may ask for")
     serve.add_argument("--log-level", help="debug, info, warning, error")
     serve.add_argument("--api-key", help="a static key accepted on /v1 (prefer TOKENRELAY_API_KEY: flags show in ps)")
@@ -110,7 +110,7 @@ ENGINE_FLAGS = {
     "threads": "threads",
     "queue_size": "queue_size",
     "prefill_chunk": "prefill_chunk",
-    "seqs_per_pass": "seqs_per_pass",
+    "kv_type": "kv_type",
 }
 
 

@@ -23,16 +23,15 @@ class EngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     threads: int = Field(default_factory=lambda: max(1, min(os.cpu_count() or 1, 8)), ge=1)
-    slots: int = Field(default=8, ge=1, le=256, description="sequences decoded together in one context")
-    ctx_per_slot: int = Field(default=2048, ge=64, description="KV cells available to each sequence")
+    slots: int = Field(default=16, ge=1, le=256, description="sequences decoded together in one context")
+    ctx_per_slot: int = Field(default=1024, ge=64, description="KV cells available to each sequence")
     prefill_chunk: int = Field(
         default=64, ge=8, le=4096, description="prompt tokens evaluated per step (and the prefix-reuse granularity)"
     )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
-    # 7 makes greedy/seeded output independent of concurrency on this llama.cpp build, but cost 16-27% of the
-    # throughput at 16 streams when measured (README, "Batch invariance"): over the 10% budget, so off by default.
-    seqs_per_pass: int = Field(
-        default=256, ge=2, le=256, description="sequences per llama_decode call; 7 gives exact batch invariance"
+    kv_type: Literal["q8_0", "f16"] = Field(
+        default="q8_0",
+        description="KV cache precision; f16 makes llama.cpp pick attention kernels by batch shape (not invariant)",
     )
     kv_unified: bool = Field(default=False, description="one KV buffer for all sequences (breaks batch invariance)")
     repack_weights: bool = Field(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import llama_cpp
 
 from tokenrelay.backends.llamacpp.model import LlamaModel
+from tokenrelay.backends.llamacpp.native_thread import native_thread
 from tokenrelay.config import EngineSettings
+
+KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
 
 
 def step_capacity(settings: EngineSettings) -> int:
@@ -28,6 +31,12 @@ class LlamaContext:
         params.n_threads_batch = settings.threads
         params.swa_full = True  # sliding-window layers keep every cell, so cached prefixes can be reused
         params.kv_unified = settings.kv_unified
+        # llama.cpp's CPU flash attention has special kernels for F16/F32 caches that it picks by batch shape: a
+        # split over the KV length for one query row of one sequence once the cache passes 256 cells, and a
+        # tiled kernel for 64 or more query rows of a sequence. Each sums in its own order, so a sequence's
+        # logits would depend on what shares its step. With a Q8_0 cache every row takes the row-by-row kernel.
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED  # a quantised V cache needs it
+        params.type_k = params.type_v = KV_TYPES[settings.kv_type]
         params.no_perf = True
         self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
         if not self.ptr:
@@ -43,7 +52,7 @@ class LlamaContext:
             self.ptr = None
 
     def decode(self) -> int:
-        return llama_cpp.llama_decode(self.ptr, self.batch.raw)
+        return native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
 
     def keep_prefix(self, seq_id: int, keep: int) -> bool:
         """Drop a sequence's cells from position `keep` on; False when the cache cannot cut there."""

@@ -1,11 +1,10 @@
 """A start-up check that a sequence's logits do not depend on what else shares its `llama_decode` step.
 
-It is a necessary condition, not a guarantee: with it passing, greedy outputs under real concurrent load
-still diverged from the same requests run alone after some tokens (see README, "Batch invariance").
-
 Whether llama.cpp's CPU kernels are batch-invariant depends on how the library was built and set up
-(repacked weights change it): so instead of assuming, the engine measures it once per context and
-reports the answer in `/health` and the log.
+(repacked weights, the tiled K-quant kernel's row threshold: see `model.BATCH_INVARIANT_KERNELS`), so
+instead of assuming, the engine measures it once per context and reports the answer in `/health` and the
+log. The probe runs up to nine sequences side by side, so that its steps cross the 8-row threshold where
+llama.cpp switches kernels. It is a necessary condition, not a guarantee (see README, "Batch invariance").
 """
 
 from __future__ import annotations
@@ -16,12 +15,19 @@ from tokenrelay.backends.llamacpp.context import LlamaContext
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import logits_row
 
+# The first prompt, the probed sequence, is long enough to pass 256 cache cells: from there llama.cpp's
+# attention has a kernel of its own for one sequence decoding alone (see `context.KV_TYPES`).
+LONG_PROBE = "The quick brown fox jumps over the lazy dog because it was bored. " * 20
 PROBES = (
-    "The quick brown fox jumps over the lazy dog because",
+    LONG_PROBE,
     "In 1969 the first people to walk on the Moon were",
     "def fibonacci(n):\n    return",
     "Les trois couleurs du drapeau sont",
     "Water boils at one hundred degrees",
+    "My favourite kind of weather is",
+    "SELECT name FROM users WHERE",
+    "Once upon a time, in a small village,",
+    "The capital of Australia is",
 )
 
 
@@ -35,11 +41,16 @@ def _run(context: LlamaContext, rows: list[tuple[int, int, int, bool]]) -> list[
     return indices
 
 
-def _prompt_rows(tokens: list[int], seq: int) -> list[tuple[int, int, int, bool]]:
-    return [(t, pos, seq, pos == len(tokens) - 1) for pos, t in enumerate(tokens)]
+def _prefill(context: LlamaContext, tokens: list[int], seq: int, chunk: int) -> int:
+    """Evaluate a prompt alone, in pieces of `chunk` tokens; returns the row of its last token's logits."""
+    row = 0
+    for start in range(0, len(tokens), chunk):
+        piece = tokens[start : start + chunk]
+        row = _run(context, [(t, start + i, seq, start + i == len(tokens) - 1) for i, t in enumerate(piece)])[-1]
+    return row
 
 
-PROBE_STEPS = 32  # divergence can start many tokens in (attention over a growing cache), so decode a while
+PROBE_STEPS = 16  # divergence can start some tokens in (attention over a growing cache), so decode a while
 
 
 def _greedy(context: LlamaContext, model: LlamaModel, row: int) -> tuple[int, np.ndarray]:
@@ -47,36 +58,31 @@ def _greedy(context: LlamaContext, model: LlamaModel, row: int) -> tuple[int, np
     return int(np.argmax(logits)), logits
 
 
-def kernels_invariant(model: LlamaModel, context: LlamaContext, slots: int) -> bool:
-    """True when a sequence's logits are bit-identical alone and sharing steps with others, the way the
-    scheduler shares them (one prompt chunk plus one token per decoding sequence), over PROBE_STEPS tokens."""
+def kernels_invariant(model: LlamaModel, context: LlamaContext, slots: int, chunk: int) -> bool:
+    """True when a sequence's logits are bit-identical alone and decoding beside others (one token per
+    sequence per step, as the scheduler shares steps), over PROBE_STEPS tokens."""
     if slots < 2:
         return True
-    prompts = [model.tokenize(p, add_special=True, parse_special=False) for p in PROBES[: min(slots, len(PROBES))]]
-    seqs = list(range(len(prompts)))
+    room = context.n_ctx_seq - PROBE_STEPS - 2
+    count = min(slots, len(PROBES))
+    prompts = [model.tokenize(p, add_special=True, parse_special=False)[:room] for p in PROBES[:count]]
     try:
-        alone = []
-        token, logits = _greedy(context, model, _run(context, _prompt_rows(prompts[0], 0))[-1])
-        alone.append(logits)
-        for step in range(PROBE_STEPS):
-            token, logits = _greedy(context, model, _run(context, [(token, len(prompts[0]) + step, 0, True)])[0])
-            alone.append(logits)
+        alone = _decode(context, model, prompts[:1], chunk)
         context.clear(0)
-
-        others = []  # (token, position, seq) of the other sequences, decoding alongside
-        for seq in seqs[1:]:
-            first, _ = _greedy(context, model, _run(context, _prompt_rows(prompts[seq], seq))[-1])
-            others.append((first, len(prompts[seq]), seq))
-        rows = _run(context, _prompt_rows(prompts[0], 0) + [(t, p, s, True) for t, p, s in others])
-        rows = rows[len(prompts[0]) - 1 :]  # from here on: rows[0] is the probed sequence, rows[1:] the others
-        token, logits = _greedy(context, model, rows[0])
-        together = [logits]
-        for step in range(PROBE_STEPS):
-            others = [(_greedy(context, model, r)[0], p + 1, s) for r, (_, p, s) in zip(rows[1:], others, strict=True)]
-            rows = _run(context, [(token, len(prompts[0]) + step, 0, True)] + [(t, p, s, True) for t, p, s in others])
-            token, logits = _greedy(context, model, rows[0])
-            together.append(logits)
+        together = _decode(context, model, prompts, chunk)
     finally:
-        for seq in seqs:
+        for seq in range(len(prompts)):
             context.clear(seq)
     return all(np.array_equal(a, b) for a, b in zip(alone, together, strict=True))
+
+
+def _decode(context: LlamaContext, model: LlamaModel, prompts: list[list[int]], chunk: int) -> list[np.ndarray]:
+    """Greedy decoding of every prompt in lockstep; returns the first sequence's logits at every step."""
+    tokens = [_greedy(context, model, _prefill(context, p, seq, chunk))[0] for seq, p in enumerate(prompts)]
+    first = []
+    for step in range(PROBE_STEPS):
+        rows = _run(context, [(tokens[s], len(p) + step, s, True) for s, p in enumerate(prompts)])
+        drawn = [_greedy(context, model, row) for row in rows]
+        tokens = [token for token, _ in drawn]
+        first.append(drawn[0][1])
+    return first

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,9 +33,20 @@ def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None
         _native_log.debug(message)
 
 
+# llama.cpp's CPU backend multiplies K-quant weights (Q4_K, Q6_K, ...) with a tiled kernel when the
+# activations have 8 rows or more (ggml-cpu/tiled/tiled.cpp, `ggml_tiled_min_batch`) and with the row-by-row
+# `vec_dot` kernels below that. The two sum in different orders, so a sequence's logits changed with the
+# number of rows its step held: the cause of greedy outputs differing under load. Its switch
+# GGML_CPU_TILED_MM_FORCE=1 takes the tiled kernel at every row count (GGML_CPU_TILED_MM=0 would take the
+# other kernel at every count, slower for many rows). llama.cpp reads it once, at its first multiplication.
+BATCH_INVARIANT_KERNELS = {"GGML_CPU_TILED_MM_FORCE": "1"}
+
+
 @functools.cache
 def init_backend() -> llama_cpp.llama_log_callback:
     """llama.cpp's process-wide initialisation, done once on first model load (never at import)."""
+    for name, value in BATCH_INVARIANT_KERNELS.items():
+        os.environ.setdefault(name, value)  # an operator's own setting wins; the start-up probe reports it
     callback = llama_cpp.llama_log_callback(_forward_log)  # returned (and cached) so it is never collected
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()

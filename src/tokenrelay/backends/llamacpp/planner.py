@@ -4,10 +4,9 @@ Every decoding sequence gets exactly one token in every step, so a stream is nev
 else's prompt. Prompts are evaluated first come, first served, in pieces that sit at fixed positions
 (multiples of `chunk` from the start of the prompt); a step takes at most `chunk` prompt tokens in all, so
 several short prompts share one step (a burst of new requests starts decoding together instead of one per
-step) while a long prompt still costs the running streams at most one chunk of work per step. llama.cpp's
-CPU kernels round differently for different numbers of rows per sequence, so a prompt is evaluated in the
-same pieces whatever else is running: that is what keeps a request's output independent of its neighbours
-(batch invariance).
+step) while a long prompt still costs the running streams at most one chunk of work per step. A prompt is
+evaluated in the same pieces whatever else is running, so that where prefixes are reused (in whole pieces)
+the cache holds what evaluating the prompt from scratch would have put there.
 """
 
 from __future__ import annotations
@@ -33,13 +32,13 @@ def aligned_take(position: int, pending: int, chunk: int) -> int:
     return min(pending, chunk - position % chunk)
 
 
-def plan_step(decoding: list[int], prefilling: list[PrefillNeed], chunk: int, max_pieces: int) -> StepPlan:
+def plan_step(decoding: list[int], prefilling: list[PrefillNeed], chunk: int) -> StepPlan:
     """One token per decoding sequence, then whole aligned prompt pieces in arrival order while they fit in
-    `chunk` tokens (the first always fits) and `max_pieces` sequences. A piece is never cut further: the
-    same prompt is evaluated in the same pieces whatever else is waiting."""
+    `chunk` tokens (the first always fits). A piece is never cut further: the same prompt is evaluated in
+    the same pieces whatever else is waiting."""
     prefill: list[tuple[int, int]] = []
     budget = chunk
-    for need in prefilling[:max_pieces]:
+    for need in prefilling:
         take = aligned_take(need.position, need.pending, chunk)
         if take > budget:
             break  # first come, first served: a later, smaller prompt does not overtake
@@ -52,19 +51,3 @@ def aligned_prefix(shared: int, chunk: int) -> int:
     """The part of a shared prefix that may be reused: whole chunks only, so the rest is evaluated in the
     same pieces as it would be from scratch."""
     return shared - shared % chunk
-
-
-def split_passes(
-    decode: list[int], prefill: list[tuple[int, int]], per_pass: int
-) -> list[tuple[list[int], list[tuple[int, int]]]]:
-    """A step's sequences in compute passes of at most `per_pass` sequences, the prompt pieces in the first
-    (`plan_step` gives at most `per_pass` of them).
-
-    Measured with this llama.cpp build: greedy outputs stay identical alone and batched while a pass holds up
-    to 7 sequences, and start to differ at 8 (the CPU kernels change with the number of sequences per pass);
-    `seqs_per_pass: 7` buys exact batch invariance for some throughput.
-    """
-    room = per_pass - len(prefill)
-    passes = [(decode[:room], prefill)]
-    passes += [(decode[i : i + per_pass], []) for i in range(room, len(decode), per_pass)]
-    return passes

@@ -19,7 +19,7 @@ from tokenrelay.backends.llamacpp.context import LlamaContext
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step, split_passes
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step
 from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, log_softmax, logits_row, top_k
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
 from tokenrelay.config import EngineSettings
@@ -129,10 +129,7 @@ class Scheduler:
 
     # Scheduler thread ---------------------------------------------------------------------------
     def run(self) -> None:
-        # Every llama_decode of this context runs on this thread, the probe's too. llama.cpp's CPU backend
-        # parallelises with OpenMP, which keeps a team of spinning threads per calling thread: a second
-        # calling thread (the probe on a loader thread, say) leaves two teams on 2 cores, libgomp then
-        # throttles its spinning, and every step got about 40% slower (measured: 53 vs 33 tok/s alone).
+        # The probe decodes too: like every step's decode, on the process's one compute thread (native_thread).
         self._probe()
         while not self._stopping:
             self._receive(block=not self._active())
@@ -144,7 +141,7 @@ class Scheduler:
 
     def _probe(self) -> None:
         try:
-            self.kernels_invariant = kernels_invariant(self.model, self.context, self.settings.slots)
+            self.kernels_invariant = kernels_invariant(self.model, self.context, self.settings.slots, self.chunk)
         except Exception:  # the probe only informs; serving goes on, reported as not invariant
             log.exception("the batch-invariance probe failed")
             self.kernels_invariant = False
@@ -231,16 +228,15 @@ class Scheduler:
         step_started = time.perf_counter()
         decoding = [s.seq_id for s in self.slots if s.seq is not None]
         prefilling = [PrefillNeed(s.seq_id, len(s.cache), len(s.pending)) for s in self._prefill_order()]
-        plan = plan_step(decoding, prefilling, self.chunk, self.settings.seqs_per_pass)
+        plan = plan_step(decoding, prefilling, self.chunk)
         self.stats.steps += 1
-        for decode, prefill in split_passes(plan.decode, plan.prefill, self.settings.seqs_per_pass):
-            if not self._pass(decode, prefill):
-                return
+        if not self._pass(plan.decode, plan.prefill):
+            return
         self.stats.step_seconds += time.perf_counter() - step_started
 
     def _pass(self, decode: list[int], prefill: list[tuple[int, int]]) -> bool:
-        """One `llama_decode` over some of the step's sequences, then their sampling (logits rows are only
-        valid until the next decode)."""
+        """One `llama_decode` over the step's sequences, then their sampling (logits rows are only valid until
+        the next decode)."""
         batch = self.context.batch
         batch.clear()
         rows: dict[int, int] = {}

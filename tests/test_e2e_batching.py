@@ -116,4 +116,3 @@ def test_kernel_invariance_probe_passes(server: Server) -> None:
     """The start-up probe found a sequence's logits identical alone and beside eight others (weights not repacked,
     the tiled K-quant kernel at every row count and a Q8_0 KV cache, as the engine runs by default)."""
     assert status(server)["kernel_invariance_probe"] is True
-

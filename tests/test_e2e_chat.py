@@ -241,7 +241,7 @@ def engine_status(server) -> dict:
 
 
 def test_client_disconnect_stops_generation(server) -> None:
-    body = {"model": MODEL, "messages": PROMPT, "max_tokens": 1500, "stream": True, "temperature": 1.0, "stop": []}
+    body = {"model": MODEL, "messages": PROMPT, "max_tokens": 900, "stream": True, "temperature": 1.0, "stop": []}
     before = engine_status(server)["tokens_generated"]
     with (
         server.http() as http,

@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
@@ -90,6 +91,9 @@ class Scheduler:
         self._queued = 0
         self._serial = 0
         self._lock = threading.Lock()
+        # Drawing a token from a large vocabulary takes milliseconds, mostly in llama.cpp's sampler (the GIL
+        # released), and the compute threads are idle meanwhile: the sequences of a step draw in parallel.
+        self._samplers = ThreadPoolExecutor(settings.threads, thread_name_prefix="llama-sample")
         self._thread = threading.Thread(target=self.run, name=f"llama-scheduler-{model.path.name}", daemon=True)
         self._stopping = False
 
@@ -103,6 +107,7 @@ class Scheduler:
         self._stopping = True
         self._inbox.put(None)
         self._thread.join(timeout=30)
+        self._samplers.shutdown()
         self.context.close()
 
     def submit(self, job: Job) -> None:
@@ -252,8 +257,10 @@ class Scheduler:
             self._fail_batch()
             return False
         self.stats.decode_seconds += time.perf_counter() - decode_started
-        for seq_id, row in rows.items():
-            self._sample(self.slots[seq_id], row)
+        slots = [self.slots[seq_id] for seq_id in rows]
+        draws = self._samplers.map(self._draw, slots, rows.values())
+        for slot, draw in zip(slots, draws, strict=True):
+            self._take(slot, draw)
         for slot, first_row, start in chunks:
             self._after_prefill_chunk(slot, first_row, start)
         return True
@@ -332,8 +339,13 @@ class Scheduler:
                 self._sample(slot, row)
 
     def _sample(self, slot: Slot, row: int) -> None:
+        self._take(slot, self._draw(slot, row))
+
+    def _draw(self, slot: Slot, row: int) -> Draw:
+        return slot.seq.sampler.sample(self.context.ptr, row)
+
+    def _take(self, slot: Slot, draw: Draw) -> None:
         seq = slot.seq
-        draw = seq.sampler.sample(self.context.ptr, row)
         seq.generated += 1
         seq.job.completion_tokens += 1
         self.stats.tokens_generated += 1

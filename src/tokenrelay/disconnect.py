@@ -11,8 +11,8 @@ Instead the watcher outlives the watch and ends by itself, because an ASGI serve
 `receive()` with `http.disconnect` once the response is complete (uvicorn wakes it in its final `send`).
 
 The watcher starts only once the watch has lasted `WATCH_AFTER_SECONDS`: a task per request (made, run,
-woken again when the response completes) cost about 6 us of CPU per relayed request at 64 concurrent
-clients (session 7, paired runs with and without it), and most relayed answers are complete by then. A
+woken again when the response completes) is measurable CPU on a relay's hot path, and most relayed answers
+are complete by then. A
 client that leaves sooner is noticed when the watcher starts (its `receive()` answers at once), so a
 generation goes on at most that long after its client has gone: nothing against the seconds a model takes.
 """

@@ -52,7 +52,12 @@ class LlamaContext:
             self.ptr = None
 
     def decode(self) -> int:
-        return native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
+        status = native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
+        if status == 0:
+            # llama.cpp puts its output rows in batch order lazily, on the first read of any row, and the
+            # sequences of a step are sampled on several threads: one read here makes theirs plain reads.
+            llama_cpp.llama_get_logits(self.ptr)
+        return status
 
     def keep_prefix(self, seq_id: int, keep: int) -> bool:
         """Drop a sequence's cells from position `keep` on; False when the cache cannot cut there."""

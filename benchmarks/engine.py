@@ -2,8 +2,8 @@
 
 Runs, in one go, three servers on the default Gemma model, alternating trial by trial:
 - `tokenrelay`: `tokenrelay serve` with its default engine settings;
-- `tokenrelay-by-shape`: the same, with llama.cpp left to pick its kernels by batch shape (`GGML_CPU_TILED_MM_FORCE=0`,
-  an F16 KV cache): the build without the batch-invariance change, for its cost;
+- `tokenrelay-by-shape`: the same with `batch_invariant: false` and `kv_type: f16`, so that llama.cpp picks its
+  kernels by batch shape: what batch invariance costs;
 - `llama-server`: built from the sdist of the installed llama-cpp-python (cmake, server target only, cached under
   the work dir), run as `llama-server -np 16 -c 16384 -t THREADS`.
 Each level (1 and 16 concurrent clients) streams 48-token sampled completions (temperature 0.8, seeded, end of
@@ -209,8 +209,8 @@ def main() -> None:
             server.process.wait()
 
 
-# The same build as llama.cpp picks its kernels itself: the tiled K-quant kernel by row count, an F16 KV cache.
-KERNELS_BY_SHAPE = {"GGML_CPU_TILED_MM_FORCE": "0", "TOKENRELAY_ENGINE__KV_TYPE": "f16"}
+# The same build with llama.cpp picking its kernels by batch shape, as it does on its own.
+KERNELS_BY_SHAPE = {"TOKENRELAY_ENGINE__BATCH_INVARIANT": "false", "TOKENRELAY_ENGINE__KV_TYPE": "f16"}
 
 
 def start_tokenrelay(

@@ -55,7 +55,7 @@ async def stream_through_sigterm(server: Server, key: str) -> list[Seen]:
     async with openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key=key, max_retries=0, timeout=120) as client:
         # The engine's first steps are slow (warm-up); pay for them before the clock of the grace period runs.
         await client.completions.create(model=DEFAULT_MODEL, prompt="warm up", max_tokens=4, extra_headers=WARM_UP)
-        tasks = [asyncio.create_task(stream(client, s, 2 if s.request_id.startswith("short") else 1500)) for s in seen]
+        tasks = [asyncio.create_task(stream(client, s, 2 if s.request_id.startswith("short") else 900)) for s in seen]
         await asyncio.wait_for(asyncio.gather(*(s.started.wait() for s in seen)), 120)
         server.process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(asyncio.gather(*tasks), 120)

@@ -118,8 +118,8 @@ def test_an_embedded_model_is_refused_with_several_workers(tmp_path: Path) -> No
     result = subprocess.run(command, capture_output=True, text=True, env=server_env(), cwd=ROOT, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "tokenrelay: --workers 2 needs upstream-only models, but gemma-3-270m runs on the embedded llama.cpp engine "
-        "(each worker would load its own copy); use --workers 1"
+        "tokenrelay: --workers 2 needs upstream-only models, but gemma-3-270m, smollm2-135m-instruct run on the "
+        "embedded llama.cpp engine (each worker would load its own copy); use --workers 1"
     ]
     assert not list(tmp_path.iterdir())  # refused before anything was created
 

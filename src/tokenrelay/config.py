@@ -29,6 +29,10 @@ class EngineSettings(BaseModel):
         default=64, ge=8, le=4096, description="prompt tokens evaluated per step (and the prefix-reuse granularity)"
     )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
+    batch_invariant: bool = Field(
+        default=True,
+        description="one matrix kernel for every batch shape (process-wide: the first model loaded decides)",
+    )
     kv_type: Literal["q8_0", "f16"] = Field(
         default="q8_0",
         description="KV cache precision; f16 makes llama.cpp pick attention kernels by batch shape (not invariant)",

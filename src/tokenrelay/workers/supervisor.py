@@ -30,7 +30,8 @@ def check_upstream_only(settings: Settings) -> None:
     if embedded:
         raise EmbeddedModelsWithWorkers(
             f"--workers {settings.workers} needs upstream-only models, but {', '.join(embedded)} "
-            "runs on the embedded llama.cpp engine (each worker would load its own copy); use --workers 1"
+            f"{'runs' if len(embedded) == 1 else 'run'} on the embedded llama.cpp engine (each worker would load "
+            "its own copy); use --workers 1"
         )
 
 

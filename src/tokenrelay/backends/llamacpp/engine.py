@@ -99,7 +99,12 @@ class LlamaCppBackend:
         log.info("loading model %s from %s", self.card.id, self.path)
         progress = Progress(f"loading model {self.card.id}", log)
         self.repacked = self._repacking_allowed()
-        model = LlamaModel(self.path, repack_weights=self.repacked, on_progress=progress.update)
+        model = LlamaModel(
+            self.path,
+            repack_weights=self.repacked,
+            on_progress=progress.update,
+            batch_invariant=self.engine_settings.batch_invariant,
+        )
         source, origin = template_for(model.architecture, model.chat_template, self.template_override)
         bos, eos = model.special("bos"), model.special("eos")
         self.template = ChatTemplate(

@@ -1,7 +1,7 @@
 """A start-up check that a sequence's logits do not depend on what else shares its `llama_decode` step.
 
 Whether llama.cpp's CPU kernels are batch-invariant depends on how the library was built and set up
-(repacked weights, the tiled K-quant kernel's row threshold: see `model.BATCH_INVARIANT_KERNELS`), so
+(repacked weights, the tiled K-quant kernel's row threshold: see `model.choose_kernels`), so
 instead of assuming, the engine measures it once per context and reports the answer in `/health` and the
 log. The probe runs up to nine sequences side by side, so that its steps cross the 8-row threshold where
 llama.cpp switches kernels. It is a necessary condition, not a guarantee (see README, "Batch invariance").

@@ -38,15 +38,20 @@ def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None
 # `vec_dot` kernels below that. The two sum in different orders, so a sequence's logits changed with the
 # number of rows its step held: the cause of greedy outputs differing under load. Its switch
 # GGML_CPU_TILED_MM_FORCE=1 takes the tiled kernel at every row count (GGML_CPU_TILED_MM=0 would take the
-# other kernel at every count, slower for many rows). llama.cpp reads it once, at its first multiplication.
-BATCH_INVARIANT_KERNELS = {"GGML_CPU_TILED_MM_FORCE": "1"}
+# other kernel at every count, slower for many rows). llama.cpp reads it once, at its first multiplication, so
+# the choice is the process's: the first model loaded makes it.
+TILED_KERNEL_SWITCH = "GGML_CPU_TILED_MM_FORCE"
+
+
+def choose_kernels(batch_invariant: bool) -> None:
+    """Before llama.cpp's first multiplication: one kernel for every row count, or llama.cpp's pick by shape (faster
+    for a lone stream). An operator's own GGML_CPU_TILED_MM_FORCE wins; the start-up probe reports the outcome."""
+    os.environ.setdefault(TILED_KERNEL_SWITCH, "1" if batch_invariant else "0")
 
 
 @functools.cache
 def init_backend() -> llama_cpp.llama_log_callback:
     """llama.cpp's process-wide initialisation, done once on first model load (never at import)."""
-    for name, value in BATCH_INVARIANT_KERNELS.items():
-        os.environ.setdefault(name, value)  # an operator's own setting wins; the start-up probe reports it
     callback = llama_cpp.llama_log_callback(_forward_log)  # returned (and cached) so it is never collected
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
@@ -68,8 +73,13 @@ class LlamaModel:
     """Model weights plus tokenizer; shared by every context that serves it."""
 
     def __init__(
-        self, path: Path, repack_weights: bool = False, on_progress: Callable[[float], None] | None = None
+        self,
+        path: Path,
+        repack_weights: bool = False,
+        on_progress: Callable[[float], None] | None = None,
+        batch_invariant: bool = True,
     ) -> None:
+        choose_kernels(batch_invariant)
         init_backend()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0

@@ -101,7 +101,17 @@ def start(name: str, command: list[str], logs: Path, env: dict[str, str] | None 
 
 
 async def one(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[int, float, str]:
-    """(completion tokens, time to first token, text) of one streamed completion."""
+    """(completion tokens, time to first token, text) of one streamed completion.
+
+    llama-server closes idle keep-alive connections on its own schedule, so a request sent on a connection it
+    has just closed fails before any answer: such a request is sent once more, on a new connection."""
+    try:
+        return await _one(client, body)
+    except httpx.RemoteProtocolError:
+        return await _one(client, body)
+
+
+async def _one(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[int, float, str]:
     started = time.perf_counter()
     ttft, text = None, []
     async with client.stream("POST", "/v1/completions", json=body | {"stream": True}) as response:

@@ -154,8 +154,8 @@ class Scheduler:
             self._probed.set()
         if not self.kernels_invariant:
             log.warning(
-                "this llama.cpp build is not batch-invariant: greedy outputs may differ when requests share a step "
-                '(keep repack_weights off; see README, "Batch invariance")'
+                "the kernels are not batch-invariant: greedy and seeded outputs may differ when requests share a step "
+                '(keep batch_invariant on, kv_type q8_0 and repack_weights off; see README, "Batch invariance")'
             )
 
     def _abandon_all(self, message: str) -> None:

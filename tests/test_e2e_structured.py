@@ -182,9 +182,8 @@ def test_json_object_always_parses_to_an_object_unless_cut(client: OpenAI) -> No
             response_format={"type": "json_object"},
         )
 
-    # One at a time: seeded outputs are then the same on every run (run together they depend on how requests
-    # happen to share steps, as the engine is not batch-invariant by default), so the count of non-empty
-    # objects below is a fixed property of this build, not a matter of timing.
+    # Seeded outputs are the same on every run of this build (alone or together), so the count of non-empty
+    # objects below is a fixed property of the build, not a matter of timing.
     replies = [one(i) for i in range(10)]
     objects = []
     for reply in replies:

@@ -59,6 +59,15 @@ class LlamaContext:
             llama_cpp.llama_get_logits(self.ptr)
         return status
 
+    def run(self, rows: list[tuple[int, int, int, bool]]) -> list[int]:
+        """One decode over (token, position, sequence, wants logits) rows, outside the scheduler's steps (the
+        start-up probes); returns the rows' indices for reading their logits."""
+        self.batch.clear()
+        indices = [self.batch.add(*row) for row in rows]
+        if self.decode() != 0:
+            raise RuntimeError("llama_decode failed")
+        return indices
+
     def keep_prefix(self, seq_id: int, keep: int) -> bool:
         """Drop a sequence's cells from position `keep` on; False when the cache cannot cut there."""
         return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, keep, -1))

@@ -15,7 +15,7 @@ import llama_cpp
 from tokenrelay import __version__
 from tokenrelay.backends.base import Event, Finish, ModelCard, TextDelta, TokenLogprob, Usage
 from tokenrelay.backends.llamacpp import prompts
-from tokenrelay.backends.llamacpp.cpu import RepackVerdict, build_features, cpu_report, repack_verdict
+from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
@@ -83,6 +83,7 @@ class LlamaCppBackend:
         self.probe_dir = probe_dir  # where the repacking check keeps its verdicts (None: not kept)
         self.repacked = False
         self.repack_verdict: RepackVerdict | None = None
+        self.cpu: dict[str, object] = {}  # what /health says of the kernels, fixed once the model is loaded
         self._fingerprint = self._make_fingerprint(path)
 
     @staticmethod
@@ -113,6 +114,7 @@ class LlamaCppBackend:
             bos_token=model.token_text(bos) if bos is not None else "",
             eos_token=model.token_text(eos) if eos is not None else "",
         )
+        self.cpu = cpu_report(self.repacked, self.repack_verdict)
         self.scheduler = Scheduler(model, self.engine_settings)
         self.scheduler.start()
         self.vocabulary = GrammarVocabulary(model)
@@ -127,7 +129,7 @@ class LlamaCppBackend:
             self.engine_settings.slots,
             self.scheduler.context.n_ctx_seq,
             "repacked" if self.repacked else "not repacked",
-            build_features(),
+            self.cpu["build_features"],
         )
 
     def _repacking_allowed(self) -> bool:
@@ -164,7 +166,7 @@ class LlamaCppBackend:
             "queue_depth": self.scheduler.queue_depth,
             "context_per_slot": self.n_ctx,
             "kernel_invariance_probe": self.scheduler.kernels_invariant,
-            "cpu": cpu_report(self.repacked, self.repack_verdict),
+            "cpu": self.cpu,
             "steps": stats.steps,
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,

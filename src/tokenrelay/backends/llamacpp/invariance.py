@@ -31,22 +31,12 @@ PROBES = (
 )
 
 
-def _run(context: LlamaContext, rows: list[tuple[int, int, int, bool]]) -> list[int]:
-    """One `llama_decode` over (token, position, sequence, wants logits) rows; returns the rows' indices."""
-    batch = context.batch
-    batch.clear()
-    indices = [batch.add(*row) for row in rows]
-    if context.decode() != 0:
-        raise RuntimeError("llama_decode failed during the batch-invariance probe")
-    return indices
-
-
-def _prefill(context: LlamaContext, tokens: list[int], seq: int, chunk: int) -> int:
+def prefill(context: LlamaContext, tokens: list[int], seq: int, chunk: int) -> int:
     """Evaluate a prompt alone, in pieces of `chunk` tokens; returns the row of its last token's logits."""
     row = 0
     for start in range(0, len(tokens), chunk):
         piece = tokens[start : start + chunk]
-        row = _run(context, [(t, start + i, seq, start + i == len(tokens) - 1) for i, t in enumerate(piece)])[-1]
+        row = context.run([(t, start + i, seq, start + i == len(tokens) - 1) for i, t in enumerate(piece)])[-1]
     return row
 
 
@@ -78,10 +68,10 @@ def kernels_invariant(model: LlamaModel, context: LlamaContext, slots: int, chun
 
 def _decode(context: LlamaContext, model: LlamaModel, prompts: list[list[int]], chunk: int) -> list[np.ndarray]:
     """Greedy decoding of every prompt in lockstep; returns the first sequence's logits at every step."""
-    tokens = [_greedy(context, model, _prefill(context, p, seq, chunk))[0] for seq, p in enumerate(prompts)]
+    tokens = [_greedy(context, model, prefill(context, p, seq, chunk))[0] for seq, p in enumerate(prompts)]
     first = []
     for step in range(PROBE_STEPS):
-        rows = _run(context, [(tokens[s], len(p) + step, s, True) for s, p in enumerate(prompts)])
+        rows = context.run([(tokens[s], len(p) + step, s, True) for s, p in enumerate(prompts)])
         drawn = [_greedy(context, model, row) for row in rows]
         tokens = [token for token, _ in drawn]
         first.append(drawn[0][1])

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.invariance import prefill
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.config import EngineSettings
 
@@ -21,17 +22,9 @@ def probe(path: Path) -> None:
     model = LlamaModel(path, repack_weights=True)
     context = LlamaContext(model, EngineSettings(slots=1, ctx_per_slot=128, prefill_chunk=PROMPT_ROWS, threads=1))
     tokens = model.tokenize("The quick brown fox jumps over the lazy dog. " * 4, add_special=True, parse_special=False)
-    batch = context.batch
-    batch.clear()
-    for pos, token in enumerate(tokens[:PROMPT_ROWS]):
-        batch.add(token, pos, 0, pos == PROMPT_ROWS - 1)
-    if context.decode() != 0:
-        raise SystemExit("llama_decode failed on the prompt")
+    prefill(context, tokens[:PROMPT_ROWS], 0, PROMPT_ROWS)
     for step in range(SINGLE_STEPS):
-        batch.clear()
-        batch.add(tokens[0], PROMPT_ROWS + step, 0, True)
-        if context.decode() != 0:
-            raise SystemExit("llama_decode failed on a single token")
+        context.run([(tokens[0], PROMPT_ROWS + step, 0, True)])
     context.close()
     model.close()
 

@@ -111,9 +111,6 @@ async def measure(app: Callable[..., Any], body: bytes, key: str, requests: int,
 def canned_node() -> Iterator[None]:
     """Node exchanges answered in-process with the mock node's bytes, read by tokenrelay's own reader."""
     from tokenrelay.backends.upstream import members, relay
-    from tokenrelay.backends.upstream.chunk_template import ChunkTemplate
-    from tokenrelay.backends.upstream.sse_parse import SSEDecoder
-    from tokenrelay.backends.upstream.wire import coalesced
     from tokenrelay.jsonbytes import dumps, loads
 
     answer = loads(mock_node.COMPLETION)
@@ -121,10 +118,7 @@ def canned_node() -> Iterator[None]:
     async def canned(client: Any, exchange: Any, headers: Any, timeouts: Any, meter: Any) -> AsyncIterator[Any]:
         dumps(exchange.body)  # what the relay encodes before it sends
         if exchange.stream:
-            events: list[Any] = []
-            template = ChunkTemplate(exchange.plain) if exchange.plain is not None else None
-            relay._read_messages(SSEDecoder().feed(mock_node.STREAM), exchange.parse, events, template)
-            events = coalesced(events)
+            events, _ = relay.StreamReads(exchange.parse, relay.Clock(timeouts)).feed(mock_node.STREAM)
         else:
             events = relay._body_events(dict(answer), exchange.parse, "message")
         for event in meter.passed(events):

@@ -1,10 +1,9 @@
-"""The node client alone, side by side with aiohttp: the same exchanges with the benchmark's mock node.
+"""The node transports alone, side by side: the same exchanges with the benchmark's mock node.
 
-Run from a checkout: `python benchmarks/node_client.py` (aiohttp comes with the test extra). It starts
-`benchmarks/mock_node.py`, then times non-streamed and streamed chat exchanges, one at a time and 64 at
-once, with tokenrelay's client (`backends/upstream/http1.py`) and with an aiohttp session set up as the
-gateway used to set it up (one pooled session, bodies read whole or piece by piece). Rounds alternate
-between the clients and medians are printed, so that a noisy machine affects both alike.
+Run from a checkout: `python benchmarks/node_client.py`. It starts `benchmarks/mock_node.py`, then times
+non-streamed and streamed chat exchanges, one at a time and 64 at once, through each of tokenrelay's node
+transports (`routing.node_client`: `http1` and `aiohttp`), bodies read piece by piece as the relay reads them.
+Rounds alternate between the transports and medians are printed, so that a noisy machine affects both alike.
 """
 
 from __future__ import annotations
@@ -19,23 +18,22 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from tokenrelay.backends.upstream.http1 import Pool  # noqa: E402
+from tokenrelay.backends.upstream.client import TRANSPORTS  # noqa: E402
 
 BODY = {"model": "mock", "messages": [{"role": "user", "content": "Say something about foxes."}], "max_tokens": 16}
 Exchange = Callable[[bool], Awaitable[int]]  # stream? → bytes received
 
 
-def ours(url: str) -> tuple[Exchange, Callable[[], Awaitable[None]]]:
-    pool = Pool(url, {"Content-Type": "application/json"}, connect_timeout=5)
+def client(name: str, url: str) -> tuple[Exchange, Callable[[], Awaitable[None]]]:
+    transport = TRANSPORTS[name](url, {"Content-Type": "application/json"}, 5.0)
 
     async def exchange(stream: bool) -> int:
-        reply = await pool.request("POST", "/chat/completions", _payload(stream))
+        reply = await transport.request("POST", "/chat/completions", _payload(stream))
         try:
             size = 0
             while (piece := await reply.next_piece()) is not None:
@@ -44,24 +42,7 @@ def ours(url: str) -> tuple[Exchange, Callable[[], Awaitable[None]]]:
         finally:
             reply.release()
 
-    return exchange, pool.close
-
-
-def theirs(url: str) -> tuple[Exchange, Callable[[], Awaitable[None]]]:
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4),
-        headers={"Content-Type": "application/json"},
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
-
-    async def exchange(stream: bool) -> int:
-        async with session.post(url + "/chat/completions", data=_payload(stream)) as response:
-            size = 0
-            async for piece in response.content.iter_any():
-                size += len(piece)
-            return size
-
-    return exchange, session.close
+    return exchange, transport.close
 
 
 def _payload(stream: bool) -> bytes:
@@ -82,7 +63,7 @@ async def timed(exchange: Exchange, stream: bool, concurrency: int, count: int) 
 
 
 async def compare(url: str, rounds: int, count: int) -> None:
-    clients = {"tokenrelay http1": ours(url), "aiohttp": theirs(url)}
+    clients = {name: client(name, url) for name in TRANSPORTS}
     print(f"{'exchange':<10} {'conc':>4} " + " ".join(f"{name:>18}" for name in clients) + f" {'ratio':>7}")
     for stream in (False, True):
         for concurrency in (1, 64):

@@ -1,15 +1,24 @@
-"""`DisconnectWatch`: cancels the serving task when the client leaves, and is never cancelled itself."""
+"""A client that disconnects stops the generation behind its request, streamed or not."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import AsyncIterator
+from typing import Any
 
 from event_loops import ON_BOTH_LOOPS
-from tokenrelay.deadlines import Deadlines
-from tokenrelay.disconnect import WATCH_AFTER_SECONDS, DisconnectWatch
+from tokenrelay.api.generation import streamed
+from tokenrelay.backends.base import Event, TextDelta
+from tokenrelay.calls import ClientGone
+from tokenrelay.disconnect import cancel_on_disconnect
+from tokenrelay.render.chat import ChatChunker
+from tokenrelay.render.common import ResponseMeta
 
 pytestmark = ON_BOTH_LOOPS
+
+META = ResponseMeta(id="chatcmpl-1", created=0, model="m", system_fingerprint="fp", choices=1)
+SCOPE = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}}  # as uvicorn's scope says
 
 
 class Peer:
@@ -26,94 +35,116 @@ class Peer:
         self._ended.set()
 
 
-def serving(peer: Peer, outcome: list[str]) -> asyncio.Task[None]:
-    """A request's task waiting under a watch; notes whether its cancellation was the client leaving."""
-
-    async def serve() -> None:
-        with DisconnectWatch(peer.receive, Deadlines()) as watch:
+async def watched(peer: Peer, outcome: list[str], seconds: float = 10) -> None:
+    """A request's work under the watch; notes how it ended."""
+    try:
+        with cancel_on_disconnect(peer.receive):
             try:
-                await asyncio.sleep(10)
+                await asyncio.sleep(seconds)
             except asyncio.CancelledError:
-                if not watch.gone():
-                    outcome.append("cancelled")
-                    raise
-                outcome.append("gone")
+                outcome.append("cancelled")
+                raise
+            outcome.append("done")
+    except ClientGone:
+        outcome.append("gone")
 
-    return asyncio.create_task(serve())
 
-
-async def test_a_client_leaving_during_the_watch_cancels_the_serving_task() -> None:
+async def test_a_client_leaving_cancels_the_block_which_raises_client_gone() -> None:
     peer, outcome = Peer(), []
-    task = serving(peer, outcome)
-    await asyncio.sleep(0.01)
-    peer.leave()
+    asyncio.get_running_loop().call_later(0.01, peer.leave)
+    task = asyncio.create_task(watched(peer, outcome))
     await asyncio.wait_for(task, 1)
-    assert outcome == ["gone"]
-    assert not task.cancelled() and task.cancelling() == 0  # taken back: the task finished normally
+    assert outcome == ["cancelled", "gone"]  # the work unwound before `ClientGone` reached the caller
+    assert not task.cancelled() and task.cancelling() == 0  # taken back: the task goes on normally
+
+
+async def test_a_block_that_ends_first_leaves_no_task_behind() -> None:
+    peer, outcome = Peer(), []
+    before = len(asyncio.all_tasks())
+    await watched(peer, outcome, seconds=0.01)
+    await asyncio.sleep(0)  # the listener's cancellation is delivered
+    assert outcome == ["done"] and len(asyncio.all_tasks()) == before
+    peer.leave()  # too late to matter
+    await asyncio.sleep(0.01)
+    assert outcome == ["done"]
 
 
 async def test_a_shutdown_cancellation_is_not_mistaken_for_a_client_leaving() -> None:
     peer, outcome = Peer(), []
-    task = serving(peer, outcome)
+    task = asyncio.create_task(watched(peer, outcome))
     await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert outcome == ["cancelled"] and task.cancelled()
 
 
-async def test_after_the_watch_the_watcher_ends_by_itself_without_cancelling_anything() -> None:
-    peer = Peer()
-    watchers: list[asyncio.Future[None]] = []
-
-    async def serve() -> str:
-        with DisconnectWatch(peer.receive, Deadlines()) as watch:
-            await asyncio.sleep(WATCH_AFTER_SECONDS + 0.02)  # long enough for the watcher to start
-            watchers.append(watch._watcher)
-        await asyncio.sleep(0.01)  # the response goes out after the watch
-        peer.leave()  # the server answers the pending receive once the response is complete
-        await asyncio.sleep(0.01)
-        return "served"
-
-    assert await asyncio.wait_for(serve(), 1) == "served"
-    watcher = watchers[0]
-    assert watcher.done() and not watcher.cancelled()  # no CancelledError, so no traceback cycle is left
-
-
-async def test_a_client_that_left_before_the_watcher_started_is_noticed_when_it_starts() -> None:
-    peer, outcome = Peer(), []
-    peer.leave()  # gone at once: the watcher's first `receive()` answers straight away
-    started = asyncio.get_running_loop().time()
-    task = serving(peer, outcome)
-    await asyncio.wait_for(task, 1)
-    took = asyncio.get_running_loop().time() - started
-    assert outcome == ["gone"]
-    assert WATCH_AFTER_SECONDS * 0.9 <= took < WATCH_AFTER_SECONDS + 0.5
-
-
-async def test_a_short_watch_starts_no_watcher_task() -> None:
-    peer = Peer()
-    before = len(asyncio.all_tasks())
-    with DisconnectWatch(peer.receive, Deadlines()) as watch:
-        await asyncio.sleep(0)
-        during = len(asyncio.all_tasks())
-    await asyncio.sleep(WATCH_AFTER_SECONDS + 0.02)  # the cancelled timer never fires
-    assert during == before and watch._watcher is None
-    assert len(asyncio.all_tasks()) == before
-
-
 async def test_a_watched_request_leaves_no_cyclic_garbage() -> None:
-    async def serve(watch_for: float) -> None:
-        peer = Peer()
-        with DisconnectWatch(peer.receive, Deadlines()):
-            await asyncio.sleep(watch_for)
-        peer.leave()
-        await asyncio.sleep(0.01)
+    """Whether its client stays or leaves (`tokenrelay.heap` counts on requests freeing by reference counting)."""
 
+    async def served(leave: bool) -> None:
+        peer = Peer()
+        if leave:
+            asyncio.get_running_loop().call_later(0.001, peer.leave)
+        await watched(peer, [], seconds=0.005)
+
+    await served(False)
+    await served(True)
     gc.collect()
     gc.disable()
     try:
-        await serve(0)  # over before the watcher starts
-        await serve(WATCH_AFTER_SECONDS + 0.02)  # with a watcher, which ends by itself
-        assert gc.collect() == 0  # everything the requests made was freed by reference counting alone
+        await served(False)
+        await served(True)
+        assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+async def test_a_client_leaving_mid_stream_cancels_the_generation_and_reports_once() -> None:
+    peer, outcome = Peer(), []
+    reports: list[list[str]] = []
+
+    async def engine() -> AsyncIterator[Event]:
+        try:
+            yield TextDelta(0, "one")
+            await asyncio.sleep(10)  # generating the next token when the client leaves
+            yield TextDelta(0, " two")
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body":
+            asyncio.get_running_loop().call_later(0.01, peer.leave)
+
+    response = await streamed(
+        ChatChunker(META, want_logprobs=False).chunks(engine()), lambda: reports.append(outcome[:])
+    )
+    await asyncio.wait_for(response(SCOPE, peer.receive, send), 1)
+    assert outcome == ["cancelled"] and reports == [["cancelled"]]
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]  # the opening with "one"
+
+
+async def test_a_client_leaving_while_a_write_waits_closes_the_generation_before_the_report() -> None:
+    peer, closed = Peer(), []
+    reports: list[list[str]] = []
+
+    async def engine() -> AsyncIterator[Event]:
+        try:
+            for word in ("one", " two"):
+                yield TextDelta(0, word)
+        finally:
+            closed.append("closed")
+
+    async def stuck(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            peer.leave()
+            await asyncio.sleep(10)  # a client that reads nothing: the server's write waits
+
+    response = await streamed(
+        ChatChunker(META, want_logprobs=False).chunks(engine()), lambda: reports.append(closed[:])
+    )
+    await asyncio.wait_for(response(SCOPE, peer.receive, stuck), 1)
+    assert reports == [["closed"]]

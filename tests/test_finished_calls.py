@@ -10,7 +10,7 @@ import pytest
 from event_loops import on_both_loops
 from tokenrelay.calls import Call
 from tokenrelay.finished import FinishedCalls, Observer
-from tokenrelay.turnwrites import TurnFlush
+from tokenrelay.turnwrites import write_batch
 
 
 def calls(n: int) -> list[Call]:
@@ -41,9 +41,9 @@ async def test_a_write_held_before_a_call_is_reported_goes_out_before_its_observ
     write's flush (`turnwrites`) was queued first, so the bytes leave before the log line, metrics and ledger
     row are made."""
     order: list[str] = []
-    flushes = TurnFlush()
+    flushes = write_batch()
     finished = FinishedCalls([lambda call: order.append(f"observed {call.request_id}")])
-    flushes.soon(lambda: order.append("flushed"))
+    flushes.add(lambda: order.append("flushed"))
     finished.add(calls(1)[0])
     await asyncio.sleep(0)
     assert order == ["flushed", "observed r0"]

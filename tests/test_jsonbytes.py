@@ -1,4 +1,4 @@
-"""The hot path's JSON encoder writes what the standard library writes, compactly, for any body."""
+"""The JSON encoder and decoder give what the standard library gives, compactly, for any body."""
 
 from __future__ import annotations
 

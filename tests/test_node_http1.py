@@ -1,4 +1,7 @@
-"""The node client's HTTP/1.1 layer against raw loopback servers: framing, keep-alive, failures, flow control."""
+"""The node transports against raw loopback servers: framing, keep-alive, failures, flow control.
+
+Each behaviour is checked on both implementations of `transport.NodeTransport`: http1's and aiohttp's.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ from contextlib import asynccontextmanager
 import pytest
 
 from tokenrelay.backends.upstream import http1
-from tokenrelay.backends.upstream.http1 import ConnectFailed, ConnectionLost, Origin, Pool, ReadTimeout
+from tokenrelay.backends.upstream.aiohttp_transport import AiohttpTransport
+from tokenrelay.backends.upstream.http1 import Pool
+from tokenrelay.backends.upstream.transport import ConnectFailed, ConnectionLost, NodeTransport, Origin, ReadTimeout
 
 # Both loops: uvicorn serves on uvloop when it is installed (it is a dependency), whose transports differ.
 pytestmark = [
@@ -19,6 +24,14 @@ pytestmark = [
         "anyio_backend", [("asyncio", {}), ("asyncio", {"use_uvloop": True})], ids=["asyncio", "uvloop"]
     ),
 ]
+
+Make = Callable[..., NodeTransport]  # (url, headers, connect_timeout, keepalive=...) → a transport
+
+
+@pytest.fixture(params=[Pool, AiohttpTransport], ids=["http1", "aiohttp"])
+def make(request: pytest.FixtureRequest) -> Make:
+    return request.param
+
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 ServerHandler = Callable[["Server", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -87,7 +100,7 @@ def answering(*pieces: bytes, hold_open: bool = False) -> ServerHandler:
     return handler
 
 
-async def exchange(pool: Pool, body: bytes = b"{}") -> tuple[int, bytes]:
+async def exchange(pool: NodeTransport, body: bytes = b"{}") -> tuple[int, bytes]:
     reply = await pool.request("POST", "/chat/completions", body, {"X-Request-ID": "r1"})
     try:
         return reply.status, await reply.read()
@@ -95,9 +108,9 @@ async def exchange(pool: Pool, body: bytes = b"{}") -> tuple[int, bytes]:
         reply.release()
 
 
-async def test_keep_alive_connection_is_reused_and_the_head_is_complete() -> None:
+async def test_keep_alive_connection_is_reused_and_the_head_is_complete(make: Make) -> None:
     async with serving(keep_alive_json) as (server, url):
-        pool = Pool(url, {"Authorization": "Bearer node-key"}, connect_timeout=2)
+        pool = make(url, {"Authorization": "Bearer node-key"}, connect_timeout=2)
         for size in (2, 10, 0):
             assert await exchange(pool, b"x" * size) == (200, b'{"echo":%d}' % size)
         await pool.close()
@@ -113,9 +126,19 @@ async def test_keep_alive_connection_is_reused_and_the_head_is_complete() -> Non
         assert line + "\r\n" in head
 
 
-async def test_concurrent_exchanges_use_separate_connections_then_share_the_pool() -> None:
+async def test_credentials_in_the_url_are_sent_as_basic_auth_and_not_in_the_request_line(make: Make) -> None:
     async with serving(keep_alive_json) as (server, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url.replace("http://", "http://user:p%40ss@"), {}, connect_timeout=2)
+        assert await exchange(pool) == (200, b'{"echo":2}')
+        await pool.close()
+    head = server.heads[0].decode()
+    assert head.startswith("POST /v1/chat/completions HTTP/1.1\r\n")
+    assert "Authorization: Basic " + base64.b64encode(b"user:p@ss").decode() + "\r\n" in head
+
+
+async def test_concurrent_exchanges_use_separate_connections_then_share_the_pool(make: Make) -> None:
+    async with serving(keep_alive_json) as (server, url):
+        pool = make(url, {}, connect_timeout=2)
         results = await asyncio.gather(*(exchange(pool) for _ in range(5)))
         assert results == [(200, b'{"echo":2}')] * 5
         await asyncio.gather(*(exchange(pool) for _ in range(5)))
@@ -123,7 +146,7 @@ async def test_concurrent_exchanges_use_separate_connections_then_share_the_pool
     assert server.connections == 5
 
 
-async def test_chunked_answer_arrives_piece_by_piece() -> None:
+async def test_chunked_answer_arrives_piece_by_piece(make: Make) -> None:
     gate = asyncio.Event()
 
     async def chunked(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -139,7 +162,7 @@ async def test_chunked_answer_arrives_piece_by_piece() -> None:
         await reader.read()
 
     async with serving(chunked) as (_, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         reply = await pool.request("POST", "/x", b"{}")
         assert reply.content_type == "text/event-stream"
         assert await reply.next_piece() == b"data: "
@@ -150,64 +173,64 @@ async def test_chunked_answer_arrives_piece_by_piece() -> None:
         await pool.close()
 
 
-async def test_body_read_until_the_node_closes() -> None:
+async def test_body_read_until_the_node_closes(make: Make) -> None:
     http10 = answering(b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"a":', b"1}")
     async with serving(http10) as (server, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         assert await exchange(pool) == (200, b'{"a":1}')
         assert await exchange(pool) == (200, b'{"a":1}')  # not kept: a new connection
         await pool.close()
     assert server.connections == 2
 
 
-async def test_connection_close_answer_is_not_reused() -> None:
+async def test_connection_close_answer_is_not_reused(make: Make) -> None:
     closing = answering(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", hold_open=True)
     async with serving(closing) as (server, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         assert await exchange(pool) == (200, b"ok")
         assert await exchange(pool) == (200, b"ok")
         await pool.close()
     assert server.connections == 2
 
 
-async def test_node_dropping_the_connection_mid_body_is_a_lost_connection() -> None:
+async def test_node_dropping_the_connection_mid_body_is_a_lost_connection(make: Make) -> None:
     truncated = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
     async with serving(truncated) as (_, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         with pytest.raises(ConnectionLost):
             await exchange(pool)
         await pool.close()
 
 
-async def test_node_closing_before_answering_is_a_lost_connection() -> None:
+async def test_node_closing_before_answering_is_a_lost_connection(make: Make) -> None:
     hang_up = answering()
     async with serving(hang_up) as (_, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         with pytest.raises(ConnectionLost):
             await pool.request("POST", "/x", b"{}")
         await pool.close()
 
 
-async def test_bytes_that_are_not_http_are_refused() -> None:
+async def test_bytes_that_are_not_http_are_refused(make: Make) -> None:
     garbage = answering(b"SSH-2.0-OpenSSH_9.2\r\n\r\n", hold_open=True)
     async with serving(garbage) as (_, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         with pytest.raises(ConnectionLost, match="not valid HTTP"):
             await pool.request("POST", "/x", b"{}")
         await pool.close()
 
 
-async def test_refused_connection_fails_to_connect() -> None:
+async def test_refused_connection_fails_to_connect(make: Make) -> None:
     listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     listener.close()
     await listener.wait_closed()
-    pool = Pool(f"http://127.0.0.1:{port}", {}, connect_timeout=2)
+    pool = make(f"http://127.0.0.1:{port}", {}, connect_timeout=2)
     with pytest.raises(ConnectFailed):
         await pool.request("POST", "/x", b"{}")
 
 
-async def test_releasing_mid_body_closes_the_connection_so_the_node_sees_the_client_go() -> None:
+async def test_releasing_mid_body_closes_the_connection_so_the_node_sees_the_client_go(make: Make) -> None:
     node_saw_close = asyncio.Event()
 
     async def endless(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -222,7 +245,7 @@ async def test_releasing_mid_body_closes_the_connection_so_the_node_sees_the_cli
             node_saw_close.set()
 
     async with serving(endless) as (server, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         reply = await pool.request("POST", "/x", b"{}")
         assert (await reply.next_piece()).startswith(b"token")
         reply.release()
@@ -231,15 +254,17 @@ async def test_releasing_mid_body_closes_the_connection_so_the_node_sees_the_cli
         await pool.close()
 
 
-async def exchange_fails_over_to_a_new_connection(pool: Pool, server: Server) -> None:
+async def exchange_fails_over_to_a_new_connection(pool: NodeTransport, server: Server) -> None:
     before = server.connections
     reply = await pool.request("POST", "/x", b"{}")
     reply.release()
     assert server.connections == before + 1
 
 
-async def test_slow_reader_pauses_the_node_instead_of_buffering_everything(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http1, "_HIGH_WATER", 1024)
+async def test_slow_reader_pauses_the_node_instead_of_buffering_everything(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http1, "_HIGH_WATER", 1024)  # aiohttp's own limit is small enough as it is
     piece = b"z" * 65536
     total = 512  # 32 MiB: more than loopback's socket buffers hold
     sent = 0
@@ -254,7 +279,7 @@ async def test_slow_reader_pauses_the_node_instead_of_buffering_everything(monke
             sent += 1
 
     async with serving(firehose) as (_, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         reply = await pool.request("POST", "/x", b"{}")
         await asyncio.sleep(0.5)  # a reader that does not read: the node must be held back by TCP
         assert sent < total
@@ -264,10 +289,9 @@ async def test_slow_reader_pauses_the_node_instead_of_buffering_everything(monke
     assert received == len(piece) * total
 
 
-async def test_idle_connections_expire(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http1, "KEEPALIVE_SECONDS", 0.05)
+async def test_idle_connections_expire(make: Make) -> None:
     async with serving(keep_alive_json) as (server, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2, keepalive=0.05)
         await exchange(pool)
         await asyncio.sleep(0.1)
         await exchange(pool)
@@ -275,10 +299,10 @@ async def test_idle_connections_expire(monkeypatch: pytest.MonkeyPatch) -> None:
     assert server.connections == 2
 
 
-async def test_node_closing_an_idle_connection_takes_it_out_of_the_pool() -> None:
+async def test_node_closing_an_idle_connection_takes_it_out_of_the_pool(make: Make) -> None:
     one_exchange = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # then close, though kept alive
     async with serving(one_exchange) as (server, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         assert await exchange(pool) == (200, b"ok")
         await asyncio.sleep(0.1)
         assert await exchange(pool) == (200, b"ok")
@@ -307,7 +331,7 @@ async def test_header_with_a_line_break_is_refused() -> None:
         Pool("http://127.0.0.1:1", {"Authorization": "Bearer a\r\nX-Evil: 1"}, connect_timeout=1)
 
 
-async def test_deadlines_fail_the_wait_and_close_the_connection() -> None:
+async def test_deadlines_fail_the_wait_and_close_the_connection(make: Make) -> None:
     async def slow(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
         await asyncio.sleep(0.3)
@@ -316,7 +340,7 @@ async def test_deadlines_fail_the_wait_and_close_the_connection() -> None:
         await reader.read()  # then nothing more, until the client hangs up
 
     async with serving(slow) as (server, url):
-        pool = Pool(url, {}, connect_timeout=2)
+        pool = make(url, {}, connect_timeout=2)
         now = asyncio.get_running_loop().time
         with pytest.raises(ReadTimeout):
             await pool.request("POST", "/x", b"{}", deadline=now() + 0.05)
@@ -328,46 +352,3 @@ async def test_deadlines_fail_the_wait_and_close_the_connection() -> None:
         reply.release()
         await pool.close()
     assert server.connections == 2  # the timed-out connection was not reused
-
-
-class RecordingTransport:
-    """The part of a stream transport `_Connection` writes to and closes."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def connected(pool: Pool) -> tuple[http1._Connection, RecordingTransport]:
-    connection = http1._Connection(pool)
-    transport = RecordingTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
-    return connection, transport
-
-
-async def test_requests_sent_in_one_turn_are_written_together_at_the_next() -> None:
-    pool = Pool("http://127.0.0.1:1/v1", {}, connect_timeout=1)
-    (first, first_transport), (second, second_transport) = connected(pool), connected(pool)
-    first.send(b"request one")
-    second.send(b"request two")
-    assert first_transport.writes == second_transport.writes == []  # not yet: other requests of this turn may follow
-    await asyncio.sleep(0)
-    assert (first_transport.writes, second_transport.writes) == ([b"request one"], [b"request two"])
-    await asyncio.sleep(0)
-    assert first_transport.writes == [b"request one"]  # written once
-
-
-async def test_a_request_abandoned_before_its_turn_is_never_written() -> None:
-    pool = Pool("http://127.0.0.1:1/v1", {}, connect_timeout=1)
-    connection, transport = connected(pool)
-    connection.finish(connection.reply, reusable=False)  # nothing to finish yet: no effect
-    head = connection.send(b"request")
-    connection.finish(connection.reply, reusable=False)  # e.g. the client went away at once
-    await asyncio.sleep(0)
-    assert transport.writes == [] and transport.closed and not head.done()

@@ -1,4 +1,4 @@
-"""The request log line: written directly when logging is tokenrelay's own set-up, the same text either way."""
+"""The request log line: one record per finished call, in either log format, for any handler set-up."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 from tokenrelay.backends.base import Usage
 from tokenrelay.calls import Call
 from tokenrelay.logsetup import JsonFormatter, TextFormatter
-from tokenrelay.logstream import LoopTurnHandler
 from tokenrelay.requestlog import REQUEST_LOGGER, call_fields, log_call
 
 
@@ -35,42 +34,34 @@ def stream() -> Iterator[io.StringIO]:
 def use(out: io.StringIO, formatter: logging.Formatter) -> None:
     """The root logger as `configure_logging` leaves it. Called in the test itself: pytest adds its own
     capture handlers to the root when a test's body starts, after the fixtures."""
-    handler = LoopTurnHandler(out, deferred=[REQUEST_LOGGER])
+    handler = logging.StreamHandler(out)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
 
 
-def both_ways(out: io.StringIO, call: Call, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
-    """The direct line (no record made: `makeRecord` would fail) and the standard path's line."""
-    with monkeypatch.context() as patched:
-        patched.setattr(logging.Logger, "makeRecord", lambda *a, **k: pytest.fail("a record was made"))
-        log_call(call, worker=4242)
-    fields = call_fields(call) | {"worker": 4242}
-    logging.getLogger(REQUEST_LOGGER).info("request", extra={"fields": fields})
-    direct, standard = out.getvalue().splitlines()
-    return direct, standard
-
-
-def test_text_line_is_the_standard_paths_line(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_text_line(stream: io.StringIO) -> None:
     use(stream, TextFormatter())
-    direct, standard = both_ways(stream, finished_call(), monkeypatch)
+    log_call(finished_call(), worker=4242)
+    (line,) = stream.getvalue().splitlines()
     stamp = len("2026-01-01 12:00:00,000")
-    assert direct[stamp:] == standard[stamp:]
-    assert direct[stamp:].startswith(" INFO tokenrelay.requests: request request_id=0192f0a0")
-    assert 'model="odd \\"model\\"" backend=upstream node=gpu-1' in direct and 'key="ci bot"' in direct
+    assert line[stamp:].startswith(" INFO tokenrelay.requests: request request_id=0192f0a0")
+    assert 'model="odd \\"model\\"" backend=upstream node=gpu-1' in line and 'key="ci bot"' in line
+    assert line.endswith(" worker=4242")
 
 
-def test_json_line_is_the_standard_paths_line(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_json_line_carries_every_field(stream: io.StringIO) -> None:
     use(stream, JsonFormatter())
-    direct, standard = (json.loads(line) for line in both_ways(stream, finished_call(), monkeypatch))
-    assert direct.pop("ts").endswith("+00:00") and standard.pop("ts").endswith("+00:00")
-    assert direct == standard
-    assert direct["worker"] == 4242 and direct["ttft_ms"] == 12.3 and direct["usage_estimated"] is None
+    call = finished_call()
+    log_call(call, worker=4242)
+    (line,) = (json.loads(text) for text in stream.getvalue().splitlines())
+    assert line.pop("ts").endswith("+00:00")
+    assert line == {"level": "info", "logger": REQUEST_LOGGER, "msg": "request"} | call_fields(call) | {"worker": 4242}
+    assert line["ttft_ms"] == 12.3 and line["usage_estimated"] is None
 
 
-def test_any_other_set_up_gets_the_records(stream: io.StringIO) -> None:
+def test_handlers_and_filters_of_the_request_logger_see_its_records(stream: io.StringIO) -> None:
     use(stream, TextFormatter())
     seen: list[logging.LogRecord] = []
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import AsyncIterator
 
 import pytest
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, TokenLogprob, Usage
+from event_loops import on_both_loops
+from tokenrelay.backends.base import Event, Finish, Served, TextDelta, TextRun, TokenLogprob, Usage
 from tokenrelay.backends.upstream.wire import coalesced
 from tokenrelay.calls import Call
 from tokenrelay.render.chat import ChatChunker
 from tokenrelay.render.common import ResponseMeta
 from tokenrelay.render.completions import CompletionChunker
-from tokenrelay.sse import frame
+from tokenrelay.sse import frames
 
 TEXTS = ["plain", ' "quoted" ', "Héllo wörld ✓", "line\nbreak", "\u2028sep", "tab\t\\", "\x00nul", "🦊"]
 LOGPROB = TokenLogprob("x", -0.5, [120], [])
@@ -33,22 +34,42 @@ def chunkers() -> list[ChatChunker | CompletionChunker]:
     ]
 
 
+def frames_of(chunker: ChatChunker | CompletionChunker, event: Event) -> bytes:
+    return frames(chunker.event(event))
+
+
 @pytest.mark.parametrize("chunker", chunkers(), ids=lambda c: type(c).__name__)
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_run_renders_byte_for_byte_as_one_delta_per_text(
     chunker: ChatChunker | CompletionChunker, index: int
 ) -> None:
-    one_by_one = b"".join(frame(chunker.event(TextDelta(index, text))) for text in TEXTS)
-    assert chunker.runs.frames(TextRun(index, list(TEXTS))) == one_by_one
-    assert chunker.runs.frames(TextRun(index, list(TEXTS))) == one_by_one  # from the kept template
+    one_by_one = b"".join(frames_of(chunker, TextDelta(index, text)) for text in TEXTS)
+    assert frames_of(chunker, TextRun(index, list(TEXTS))) == one_by_one
+    assert one_by_one.count(b"data: ") == len(TEXTS)
 
 
-def test_a_text_orjson_refuses_falls_back_to_the_chunk_by_chunk_encoding() -> None:
+def test_a_text_orjson_refuses_is_written_escaped() -> None:
     chunker = ChatChunker(meta(), want_logprobs=False)
     texts = ["ok", "lone \ud800 surrogate"]
-    rendered = chunker.runs.frames(TextRun(0, texts))
-    assert rendered == b"".join(frame(chunker.event(TextDelta(0, text))) for text in texts)
+    rendered = frames_of(chunker, TextRun(0, texts))
+    assert rendered == b"".join(frames_of(chunker, TextDelta(0, text)) for text in texts)
     assert b'"lone \\ud800 surrogate"' in rendered  # escaped as the node sent it: valid JSON, valid UTF-8
+
+
+@on_both_loops
+async def test_the_chat_role_chunks_go_out_with_the_first_content_and_silent_events_make_no_piece() -> None:
+    async def events() -> AsyncIterator[Event]:
+        yield Served("node-a", "upstream")  # shows nothing in the stream
+        yield TextRun(0, ["a", "b"])
+        yield Usage(1, 2)  # not asked for in the stream: no chunks
+        yield Finish(0, "stop")
+
+    chunker = ChatChunker(meta(choices=1), want_logprobs=False)
+    pieces = [piece async for piece in chunker.chunks(events())]
+    assert [len(piece) for piece in pieces] == [3, 1]  # the opening with "a" and "b", then the finish
+    assert pieces[0][0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert [chunk["choices"][0]["delta"] for chunk in pieces[0][1:]] == [{"content": "a"}, {"content": "b"}]
+    assert pieces[1][0]["choices"][0]["finish_reason"] == "stop"
 
 
 def test_coalesced_joins_consecutive_plain_deltas_of_one_choice_only() -> None:
@@ -86,39 +107,3 @@ def test_a_call_counts_a_run_as_its_tokens_with_a_gap_before_each_but_the_first(
     assert call.first_token_at is not None
     assert len(call.token_gaps) == 3  # as for four deltas: one gap between each two tokens
     assert call.token_gaps[1:] == [0.0, 0.0]  # those of a run arrived together
-
-
-@pytest.mark.parametrize("chunker", chunkers(), ids=lambda c: type(c).__name__)
-def test_a_run_with_its_nodes_json_strings_renders_them_as_they_are(chunker: ChatChunker | CompletionChunker) -> None:
-    # The node's own escaping (Python's json: non-ASCII as \u escapes, "/" escaped), not orjson's.
-    encoded = [json.dumps(text).encode() for text in TEXTS] + [b'"a\\/b"']
-    texts = [*TEXTS, "a/b"]
-    rendered = chunker.runs.frames(TextRun(0, texts, encoded))
-    frames = rendered.split(b"\n\n")[:-1]
-    one_by_one = b"".join(frame(chunker.event(TextDelta(0, text))) for text in texts).split(b"\n\n")[:-1]
-    assert [json.loads(f.removeprefix(b"data: ")) for f in frames] == [
-        json.loads(f.removeprefix(b"data: ")) for f in one_by_one
-    ]
-    for sent, piece in zip(encoded, frames, strict=True):
-        assert sent in piece  # copied, not encoded again
-    assert b"\\u00e9" in rendered  # "é" as the node wrote it
-
-
-def test_a_plain_delta_before_an_encoded_run_joins_it_encoded_and_none_after_it() -> None:
-    run = TextRun(0, ["b", "c"], [b'"b"', b'"\\u0063"'])
-    joined = coalesced([TextDelta(0, "a"), run, TextDelta(0, "d"), Finish(0, "stop")])
-    assert joined == [TextRun(0, ["a", "b", "c"]), TextDelta(0, "d"), Finish(0, "stop")]
-    assert joined[0].encoded == [b'"a"', b'"b"', b'"\\u0063"']  # type: ignore[union-attr]
-    plain = coalesced([TextDelta(0, "x"), TextDelta(0, "y"), TextRun(0, ["z"], [b'"z"'])])
-    assert plain == [TextRun(0, ["x", "y", "z"])] and plain[0].encoded == [b'"x"', b'"y"', b'"z"']  # type: ignore[union-attr]
-
-
-@pytest.mark.parametrize(
-    "before",
-    [TextDelta(1, "other choice"), TextDelta(0, "x", [LOGPROB]), TextDelta(0, "lone \ud800"), Finish(0, "stop")],
-    ids=["other-choice", "logprobs", "lone-surrogate", "not-text"],
-)
-def test_an_encoded_run_takes_in_nothing_but_plain_text_orjson_can_write(before: Event) -> None:
-    run = TextRun(0, ["b"], [b'"b"'])
-    assert coalesced([before, run]) == [before, run]
-    assert run.encoded == [b'"b"']

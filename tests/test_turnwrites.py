@@ -16,7 +16,7 @@ import uvicorn.server
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from event_loops import ON_BOTH_LOOPS
-from tokenrelay.turnwrites import TurnBufferedHttpToolsProtocol, TurnBufferedTransport, TurnFlush, _server_flush
+from tokenrelay.turnwrites import TurnBufferedHttpToolsProtocol, TurnBufferedTransport, _server_batch, write_batch
 
 pytestmark = ON_BOTH_LOOPS
 
@@ -49,7 +49,7 @@ class FakeTransport:
 
 async def test_one_turns_writes_reach_the_transport_as_one_write_at_the_turns_end() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, TurnFlush())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, write_batch())  # type: ignore[arg-type]
     transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     transport.write(b"")
     transport.writelines([b"{", b"}"])
@@ -64,7 +64,7 @@ async def test_one_turns_writes_reach_the_transport_as_one_write_at_the_turns_en
 
 async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, TurnFlush())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, write_batch())  # type: ignore[arg-type]
     transport.write(b"last bytes")
     transport.close()
     assert fake.calls == [("write", b"last bytes"), ("close", b"")]
@@ -72,7 +72,7 @@ async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
     assert len(fake.calls) == 2
 
     aborted = FakeTransport()
-    transport = TurnBufferedTransport(aborted, TurnFlush())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(aborted, write_batch())  # type: ignore[arg-type]
     transport.write(b"never sent")
     transport.abort()
     await asyncio.sleep(0)
@@ -81,7 +81,7 @@ async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
 
 async def test_a_connection_closing_under_the_held_bytes_gets_no_write() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, TurnFlush())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, write_batch())  # type: ignore[arg-type]
     transport.write(b"for a client that left")
     fake.closing = True
     await asyncio.sleep(0)
@@ -89,7 +89,7 @@ async def test_a_connection_closing_under_the_held_bytes_gets_no_write() -> None
 
 
 async def test_the_transports_of_one_flush_write_from_one_callback_and_a_failure_stops_no_other() -> None:
-    flushes = TurnFlush()
+    flushes = write_batch()
     fakes = [FakeTransport() for _ in range(3)]
     transports = [TurnBufferedTransport(fake, flushes) for fake in fakes]  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
@@ -104,7 +104,7 @@ async def test_the_transports_of_one_flush_write_from_one_callback_and_a_failure
     try:
         for number, transport in enumerate(transports):
             transport.write(b"answer %d" % number)
-        flushes.soon(lambda: 1 / 0)  # a flush that fails, between the others and the next
+        flushes.add(lambda: 1 / 0)  # a flush that fails, between the others and the next
         transports[0].write(b" more")
     finally:
         loop.call_soon = original  # type: ignore[method-assign]
@@ -118,7 +118,7 @@ async def test_the_transports_of_one_flush_write_from_one_callback_and_a_failure
 
 
 async def test_flushes_left_by_a_loop_that_stopped_do_not_hold_back_the_next_loops() -> None:
-    flushes = TurnFlush()
+    flushes = write_batch()
     left = FakeTransport()
 
     def write_then_stop_at_once() -> None:  # on a loop of its own (this thread's loop is running this test)
@@ -137,14 +137,14 @@ async def test_flushes_left_by_a_loop_that_stopped_do_not_hold_back_the_next_loo
     assert fake.calls == [("write", b"on this loop")] and left.calls == []
 
 
-async def test_the_connections_of_one_server_share_its_flush() -> None:
+async def test_the_connections_of_one_server_share_its_write_batch() -> None:
     class Protocol:
         def __init__(self, server_state: object) -> None:
             self.server_state = server_state
 
     one, other = uvicorn.server.ServerState(), uvicorn.server.ServerState()
-    assert _server_flush(Protocol(one)) is _server_flush(Protocol(one))  # type: ignore[arg-type]
-    assert _server_flush(Protocol(one)) is not _server_flush(Protocol(other))  # type: ignore[arg-type]
+    assert _server_batch(Protocol(one)) is _server_batch(Protocol(one))  # type: ignore[arg-type]
+    assert _server_batch(Protocol(one)) is not _server_batch(Protocol(other))  # type: ignore[arg-type]
 
 
 # A real server ----------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from upstream_fakes import (
 )
 
 pytestmark = ON_ASYNCIO
-nodes = nodes_fixture()
+nodes = nodes_fixture("http1", "aiohttp")
 
 GOOD = sse(chunk("fine", finish="stop"), usage_chunk(1, 1))
 

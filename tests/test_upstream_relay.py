@@ -29,7 +29,7 @@ from upstream_fakes import (
 )
 
 pytestmark = ON_ASYNCIO
-nodes = nodes_fixture()
+nodes = nodes_fixture("http1", "aiohttp")
 
 STREAM = sse(
     chunk("", role="assistant"),
@@ -125,7 +125,7 @@ async def test_fields_the_event_model_lacks_are_relayed_and_collected(nodes: Fak
         DeltaFields(0, {"reasoning_content": "think."}),
     ]
     meta = ResponseMeta(id="chatcmpl-x", created=1, model="m", system_fingerprint="fp", choices=1)
-    chunks = [c async for c in ChatChunker(meta, want_logprobs=False).chunks(_replay(events))]
+    chunks = [c async for piece in ChatChunker(meta, want_logprobs=False).chunks(_replay(events)) for c in piece]
     assert {"reasoning_content": "Let me "} in [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     body = chat_response(await collect(_replay(events)), meta, want_logprobs=False)
     assert body["choices"][0]["message"]["reasoning_content"] == "Let me think."
@@ -133,8 +133,7 @@ async def test_fields_the_event_model_lacks_are_relayed_and_collected(nodes: Fak
 
 
 async def test_bytes_that_are_not_utf8_and_blank_data_lines_are_read_as_before(nodes: FakeNodes) -> None:
-    # The plain data events reach the JSON reader as bytes; what orjson refuses is read as text, as always:
-    # a byte that is not UTF-8 becomes U+FFFD, and a data line of blanks is no chunk at all.
+    # A byte that is not UTF-8 becomes U+FFFD, and a data line of blanks is no chunk at all.
     text = b'{"choices": [{"index": 0, "delta": {"content": "a\xffb"}}]}'
     stream = b"data: " + text + b"\n\ndata:  \n\n" + sse(chunk(finish="stop"), usage_chunk(2, 1))
     events = await events_for(nodes, stream)

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tokenrelay.backends.upstream.sse_parse import Event, SSEDecoder, SSEMessage
+from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 
 STREAM = 'data: {"a": "é"}\n\n: keep-alive\n\nevent: error\ndata: line one\ndata: line two\n\ndata: [DONE]\n\n'.encode()
 EXPECTED = [SSEMessage('{"a": "é"}'), SSEMessage("line one\nline two", "error"), SSEMessage("[DONE]")]
 
 
-def decode_as_given(chunks: list[bytes]) -> list[Event]:
+def decode(chunks: list[bytes]) -> list[SSEMessage]:
     decoder = SSEDecoder()
     out = [message for chunk in chunks for message in decoder.feed(chunk)]
     return out + decoder.close()
-
-
-def read(event: Event) -> SSEMessage:
-    """An event as its message: a plain data event's bytes read as the line-by-line reader reads them."""
-    return SSEMessage(event.decode("utf-8", errors="replace")) if isinstance(event, bytes) else event
-
-
-def decode(chunks: list[bytes]) -> list[SSEMessage]:
-    return [read(event) for event in decode_as_given(chunks)]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13, 1000])
@@ -56,35 +47,21 @@ MIXED = (
 )
 
 
-def line_by_line(chunks: list[bytes]) -> list[SSEMessage]:
-    """The reference: every byte through the line-by-line reader."""
-    decoder = SSEDecoder()
-    out = [message for chunk in chunks for message in decoder._feed_lines(decoder._pending + chunk)]
-    return out + decoder.close()
-
-
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 16, 40, 1000])
-def test_the_block_reader_gives_what_the_line_reader_gives(size: int) -> None:
-    chunks = [MIXED[i : i + size] for i in range(0, len(MIXED), size)]
-    got, expected = decode(chunks), line_by_line(chunks)
-    assert got == expected
-    assert [m.data for m in got][:3] == ['{"n": 1}', "tight", "one\ntwo"]
-    assert "\ufffd" in got[3].data  # invalid UTF-8 read with replacement characters either way
+def test_a_mixed_stream_split_anywhere_gives_its_events(size: int) -> None:
+    got = decode([MIXED[i : i + size] for i in range(0, len(MIXED), size)])
+    assert got == [
+        SSEMessage('{"n": 1}'),
+        SSEMessage("tight"),
+        SSEMessage("one\ntwo", "error"),
+        SSEMessage("\ufffd\ufffd broken"),  # not UTF-8: replacement characters, for the reader to refuse
+        SSEMessage("after id"),
+        SSEMessage('{"é": 2}'),
+        SSEMessage("[DONE]"),
+    ]
 
 
-def test_plain_data_events_come_as_their_bytes_for_json_decoding() -> None:
-    events = decode_as_given([MIXED])
-    assert events[0] == b'{"n": 1}' and '{"é": 2}'.encode() in events
-    assert SSEMessage("one\ntwo", "error") in events  # several lines: read line by line
-    assert b"\xff\xfe broken" in events  # not UTF-8: passed on as it came, for the reader to judge
-    whole = b'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
-    assert decode_as_given([whole]) == [b'{"a": 1}', b'{"b": 2}', b"[DONE]"]  # one split for the whole read
-
-
-def test_plain_data_events_come_as_bytes_whatever_numbers_they_hold() -> None:
-    # orjson reads 19 digits and more as a float: the relay checks each event it decodes in full, not the decoder
-    # every read (`test_upstream_relay`'s long-integer test reads them exactly, whole or split inside the digits)
-    long_run = b'data: {"seed": 12345678901234567890}\n\ndata: {"n": 1}\n\n'
-    assert decode_as_given([long_run]) == [b'{"seed": 12345678901234567890}', b'{"n": 1}']
-    split_run = [b'data: {"n": 1}\n\ndata: {"seed": 1234567890', b"1234567890}\n\n"]  # across two reads
-    assert decode_as_given(split_run) == [b'{"n": 1}', b'{"seed": 12345678901234567890}']
+def test_a_character_split_between_chunks_is_decoded_whole() -> None:
+    data = "data: é✓🦊\n\n".encode()
+    for cut in range(7, 17):
+        assert decode([data[:cut], data[cut:]]) == [SSEMessage("é✓🦊")]

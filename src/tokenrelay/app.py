@@ -5,24 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
-from starlette.datastructures import State
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tokenrelay import __version__
 from tokenrelay.announce import announce
-from tokenrelay.api import admin, admin_nodes, chat, completions, metrics, models, tokenize
+from tokenrelay.api import admin, admin_nodes, metrics, models, tokenize
 from tokenrelay.api.fastlane import GenerationLane
 from tokenrelay.auth.middleware import KeyAuthMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
 from tokenrelay.heap import tune_garbage_collector
-from tokenrelay.logstream import flush_log_handlers
 from tokenrelay.requestid import RequestIdMiddleware
 from tokenrelay.services import Services
 
@@ -41,42 +38,20 @@ def create_app(settings: Settings) -> GenerationLane:
             yield
         finally:
             await services.close()
-            flush_log_handlers()
 
     # FastAPI's own OpenTelemetry hooks look up providers (and the environment) on every request; tokenrelay
-    # does not use them, and on the relay's hot path they cost a measurable share of each request.
+    # does not use them.
     off = {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(
         title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=off
     )
-    app.state = AppState()
     app.add_middleware(KeyAuthMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: auth errors carry X-Request-ID too
-    for module in (chat, completions, models, tokenize, metrics, admin, admin_nodes):
+    for module in (models, tokenize, metrics, admin, admin_nodes):
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app)
     return GenerationLane(app)
-
-
-class AppState(State):
-    """Starlette's `State`, each value also kept as an ordinary attribute of it.
-
-    Starlette's answers a read through `__getattr__`, which Python calls only after the ordinary lookup has
-    raised an AttributeError: 0.7 us a read here, and `app.state.services` is read on every request. Its
-    values are still in the state's own dict, for whatever reads them there."""
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        super().__setattr__(key, value)
-        object.__setattr__(self, key, value)
-
-    def __delattr__(self, key: str) -> None:
-        super().__delattr__(key)
-        object.__delattr__(self, key)
-
-    # `state["name"]` does what `state.name` does (Starlette's store the same dict entry either way).
-    __setitem__ = __setattr__
-    __delitem__ = __delattr__
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -88,7 +63,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 404:
             return error_response(NotFound(f"Unknown path {request.url.path}."))
-        return error_response(InvalidRequest(str(exc.detail), status=exc.status_code))
+        return error_response(InvalidRequest(str(exc.detail), status=exc.status_code, headers=dict(exc.headers or {})))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -1,19 +1,17 @@
-"""Finished calls, handed to their observers (request log, metrics, ledger) together, once per loop turn.
+"""Finished calls, handed to their observers (request log, metrics, ledger) once per loop turn.
 
-Reporting each call as it ends ran the three observers' code once per request, between the request's other
-work; at 64 concurrent clients that code was cold in the CPU's caches every time. Gathered for the turn and
-reported observer by observer, the calls that ended in one turn share one warm pass through each: about 7% of
-a relayed stream's CPU in `benchmarks/breakdown.py` (the app driven in-process against the mock node). A call
-is reported at the latest in the next turn of the loop; outside a running loop it is reported at once.
+Reported when the turn that finished them ends, a call's observers run after the response's last bytes
+were handed to the transport (that flush was queued first), and the calls that ended in one turn go through
+each observer in one pass. Outside a running loop a call is reported at once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
 from tokenrelay.calls import Call
+from tokenrelay.loopturn import LoopTurnBatch
 
 log = logging.getLogger(__name__)
 
@@ -23,22 +21,14 @@ Observer = Callable[[Call], None]
 class FinishedCalls:
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
-        self._calls: list[Call] = []
+        self._batch = LoopTurnBatch(self._report)
 
     def add(self, call: Call) -> None:
-        if not self._calls:
-            try:
-                asyncio.get_running_loop().call_soon(self.flush)
-            except RuntimeError:  # no loop to come back on: reported now
-                self._report([call])
-                return
-        self._calls.append(call)
+        self._batch.add(call)
 
     def flush(self) -> None:
         """Report every call gathered so far (also called at shutdown, before the ledger closes)."""
-        calls, self._calls = self._calls, []
-        if calls:
-            self._report(calls)
+        self._batch.flush()
 
     def _report(self, calls: list[Call]) -> None:
         for observe in self.observers:

@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
-
-from tokenrelay.logstream import stderr_handler
-from tokenrelay.requestlog import REQUEST_LOGGER
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Values needing no quotes in `key=value` text; anything else (spaces, quotes, newlines a client put in a
@@ -46,9 +44,9 @@ def _quoted_if_needed(text: str) -> str:
 
 
 class TextValues:
-    """How string values are written, remembered. A request line's strings are mostly the same few (model,
-    endpoint, key name, node, finish reason), and the regex check of each was half the cost of formatting
-    the line. Bounded: cleared when full, so clients sending endless distinct model names cannot grow it."""
+    """How string values are written, remembered: a request line's strings are mostly the same few (model,
+    endpoint, key name, node, finish reason), so each is checked against the regex once. Bounded: cleared
+    when full, so clients sending endless distinct model names cannot grow it."""
 
     LIMIT = 4096
 
@@ -66,7 +64,6 @@ class TextValues:
 
 def logfmt(fields: dict[str, Any], texts: TextValues | None = None) -> str:
     """`key=value` pairs; None values are left out. `texts`: a memo of string values already written."""
-    # A list comprehension (faster than a generator in `join`): this runs for every request's log line.
     pairs = [key + "=" + logfmt_value(value, texts) for key, value in fields.items() if value is not None]
     return " ".join(pairs)
 
@@ -85,24 +82,15 @@ class TextFormatter(logging.Formatter):
         than once per record."""
         if datefmt is not None:
             return super().formatTime(record, datefmt)
-        return self._time_text(record.created, record.msecs)
-
-    def _time_text(self, created: float, msecs: float) -> str:
-        second = int(created)
+        second = int(record.created)
         if second != self._second:
-            self._stamp = time.strftime(self.default_time_format, self.converter(created))
+            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
             self._second = second
-        return self.default_msec_format % (self._stamp, msecs)
-
-    def request_line(self, name: str, created: float, fields: dict[str, Any]) -> str:
-        """What `format` makes of an INFO record of logger `name`, message "request", with these fields."""
-        return self._with_fields(f"{self._time_text(created, _msecs(created))} INFO {name}: request", fields)
+        return self.default_msec_format % (self._stamp, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return self._with_fields(super().formatMessage(record), record_fields(record))
-
-    def _with_fields(self, line: str, fields: dict[str, Any]) -> str:
-        pairs = logfmt(fields, self._texts)
+        line = super().formatMessage(record)
+        pairs = logfmt(record_fields(record), self._texts)
         return f"{line} {pairs}" if pairs else line
 
 
@@ -110,37 +98,27 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, the record's fields, any traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
-        body = _json_head(record.created, record.levelname.lower(), record.name, record.getMessage())
+        ts = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+        body: dict[str, Any] = {
+            "ts": ts,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         body.update(record_fields(record))
         if record.exc_info:
             body["exc"] = self.formatException(record.exc_info)
         return json.dumps(body, ensure_ascii=False, default=str)
 
-    def request_line(self, name: str, created: float, fields: dict[str, Any]) -> str:
-        """What `format` makes of an INFO record of logger `name`, message "request", with these fields."""
-        body = _json_head(created, "info", name, "request")
-        body.update(fields)
-        return json.dumps(body, ensure_ascii=False, default=str)
-
-
-def _json_head(created: float, level: str, name: str, message: str) -> dict[str, Any]:
-    ts = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
-    return {"ts": ts, "level": level, "logger": name, "msg": message}
-
-
-def _msecs(created: float) -> float:
-    # As `logging.LogRecord` has it (Python 3.11: the milliseconds of `created`, rounded down).
-    return int((created - int(created)) * 1000) + 0.0
-
 
 def configure_logging(level: str, fmt: str = "text") -> None:
     """Send every logger (ours, uvicorn's, llama.cpp's) to stderr in one format."""
-    handler = stderr_handler(deferred=[REQUEST_LOGGER])
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    # Neither format shows the thread or process, so records need not look them up: a few microseconds of
-    # every request's log line (the logging HOWTO's "Optimization" section).
+    # Neither format shows the thread or process, so records need not look them up (the logging HOWTO's
+    # "Optimization" section).
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

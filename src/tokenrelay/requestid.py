@@ -28,8 +28,7 @@ def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
 
 
 def request_id_of(scope: Scope) -> str:
-    """The id `assign_request_id` gave the request. Read from the scope's state dict, not `Request.state`:
-    Starlette's `State` answers attributes through `__getattr__`, after an AttributeError (see `app.AppState`)."""
+    """The id `assign_request_id` gave the request (kept in the scope's state, which `Request.state` wraps)."""
     return scope["state"]["request_id"]
 
 

@@ -19,7 +19,6 @@ from tokenrelay.backends.upstream.members import EmbeddedMember
 from tokenrelay.backends.upstream.metering import EngineCounter
 from tokenrelay.calls import Call
 from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
-from tokenrelay.deadlines import Deadlines
 from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.finished import FinishedCalls
 from tokenrelay.metrics import Metrics
@@ -39,7 +38,6 @@ class Services:
     settings: Settings
     registry: Registry = field(default_factory=Registry)
     extras_seen: set[str] = field(default_factory=set)
-    deadlines: Deadlines = field(default_factory=Deadlines)  # coarse timers of the requests' own waits
     metrics: Metrics = field(init=False)
     accounting: Accounting = field(init=False)
     nodes: NodeSync = field(init=False)

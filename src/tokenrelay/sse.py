@@ -2,110 +2,70 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from tokenrelay.calls import aclose_quietly
-from tokenrelay.deadlines import Deadlines
-from tokenrelay.disconnect import DisconnectWatch
+from tokenrelay.calls import ClientGone, aclose_quietly
+from tokenrelay.disconnect import cancel_on_disconnect
 from tokenrelay.errors import APIError
 from tokenrelay.jsonbytes import dumps
-from tokenrelay.outbox import Outbox
 from tokenrelay.render.common import Chunk
 
 log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def frame(body: dict[str, Any]) -> bytes:
+def frame(body: Chunk) -> bytes:
     return b"data: " + dumps(body) + b"\n\n"
 
 
-def framed(chunk: Chunk) -> bytes:
-    """A chunk's frame; bytes are frames already (see `tokenrelay.render.runs`)."""
-    return chunk if type(chunk) is bytes else frame(chunk)  # type: ignore[arg-type]
+def frames(chunks: list[Chunk]) -> bytes:
+    return b"".join([frame(chunk) for chunk in chunks])
 
 
-async def send_frames(first: Chunk | None, chunks: AsyncIterator[Chunk], outbox: Outbox) -> None:
-    """Frames `first` and every chunk into `outbox`; an error after the stream started becomes one error event,
-    then `[DONE]`. A coroutine putting frames rather than a generator yielding them: one layer less for every
-    chunk of every stream to pass through."""
+async def stream_body(first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]]) -> AsyncGenerator[bytes, None]:
+    """The stream's body: the frames of each event as one piece, so one write. An error after the stream
+    started becomes one error event; `[DONE]` ends the stream either way."""
     if first is not None:
-        await outbox.put(framed(first))
+        yield frames(first)
     try:
-        async for chunk in chunks:
-            await outbox.put(framed(chunk))
+        async for chunks in rest:
+            yield frames(chunks)
     except APIError as exc:
-        await outbox.put(frame(exc.body()))
+        yield frame(exc.body())
     except Exception:
         log.exception("stream failed after the first byte")
-        await outbox.put(frame(APIError("The server failed while streaming the response.").body()))
-    await outbox.put(DONE)
-
-
-@functools.cache
-def _headers() -> tuple[tuple[bytes, bytes], ...]:
-    """An event stream's headers, as Starlette's response makes them (content type with its charset)."""
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return tuple(StreamingResponse(iter(()), media_type="text/event-stream", headers=headers).raw_headers)
+        yield frame(APIError("The server failed while streaming the response.").body())
+    yield DONE
 
 
 class EventStream(StreamingResponse):
-    """An SSE response that stops (cancelling the generation behind it) as soon as the client disconnects.
+    """An SSE response of a generation's chunks that stops, cancelling the generation behind it, when the
+    client disconnects; `report` is called once the response is over, however it ended.
 
-    Starlette's own `__call__` watches for the disconnect with a task group per response on uvicorn (ASGI
-    spec 2.3); one watcher task (`DisconnectWatch`) does the same for less. Frames go out through an
-    `Outbox`, which writes a paced producer's frames once per node read (see `tokenrelay.outbox`). `report`
-    is called once the response is over, its last write made or failed."""
+    Starlette's own `__call__` watches for the disconnect (on uvicorn's ASGI spec 2.3) with an anyio task
+    group per response, far dearer on the hot path than the one listener task of `cancel_on_disconnect`,
+    inside which this `__call__` runs Starlette's `stream_response`."""
 
-    def __init__(
-        self,
-        chunks: AsyncIterator[Chunk],
-        first: Chunk | None,
-        outbox: Outbox,
-        deadlines: Deadlines,
-        report: Callable[[], None],
-    ) -> None:
-        # Not Starlette's `__init__`: it works out the same three headers from a dict for every stream (about 3
-        # us a response here). `_headers` has Starlette make them once; `__call__` (ours) reads no other field.
-        self.status_code = 200
-        self.background = None
-        self.body_iterator = chunks
-        self.raw_headers = list(_headers())  # a copy: the response's own id header is added to it
-        self.first = first
-        self.outbox = outbox
-        self.deadlines = deadlines
+    def __init__(self, first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> None:
+        self.body_stream = stream_body(first, rest)
+        self.chunks = rest
         self.report = report
+        super().__init__(self.body_stream, media_type="text/event-stream", headers=HEADERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self._send(receive, send)
+            with cancel_on_disconnect(receive):
+                await self.stream_response(send)
+        except (ClientGone, OSError):
+            pass  # the client went away: the generation was cancelled with the stream, or stops below
         finally:
-            # After the last write, however the stream ended. The write's flush was queued on the loop as it was
-            # made (`turnwrites`), before the report queues the call's log line, metrics and ledger row
-            # (`finished`): the bytes leave first.
+            # Close the generation (nothing to do if it ran to its end), so the call has all it will get.
+            await self.body_stream.aclose()
+            await aclose_quietly(self.chunks)  # a body closed before it started never reached them
             self.report()
-
-    async def _send(self, receive: Receive, send: Send) -> None:
-        chunks, outbox = self.body_iterator, self.outbox
-        with DisconnectWatch(receive, self.deadlines) as watch:
-            try:
-                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                outbox.attach(send)
-                await send_frames(self.first, chunks, outbox)
-            except asyncio.CancelledError:
-                if not watch.gone():
-                    raise
-                return  # the client has gone: the generation was cancelled with this task
-            except OSError:
-                return  # the client went away while we sent
-            finally:
-                await aclose_quietly(chunks)  # however it ended, the call behind it has its last events now
-        await outbox.close()

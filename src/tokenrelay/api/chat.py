@@ -1,20 +1,14 @@
-"""`POST /v1/chat/completions`."""
+"""What `/v1/chat/completions` parses, asks of a backend and renders (served by `tokenrelay.api.fastlane`)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
-from starlette.responses import Response
-
-from tokenrelay.api.generation import handle
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.render.chat import ChatChunker, chat_response
 from tokenrelay.render.common import Chunk, Collected, ResponseMeta
-
-router = APIRouter()
 
 
 def _legacy(body: ChatCompletionRequest) -> bool:
@@ -37,14 +31,9 @@ class ChatEndpoint:
 
     def chunks(
         self, body: ChatCompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[list[Chunk]]:
         chunker = ChatChunker(meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))
         return chunker.chunks(events)
 
     def body(self, body: ChatCompletionRequest, meta: ResponseMeta, collected: Collected) -> dict[str, Any]:
         return chat_response(collected, meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))
-
-
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
-    return await handle(request, ChatEndpoint())

@@ -1,20 +1,14 @@
-"""`POST /v1/completions`."""
+"""What `/v1/completions` parses, asks of a backend and renders (served by `tokenrelay.api.fastlane`)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
-from starlette.responses import Response
-
-from tokenrelay.api.generation import handle
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.render.common import Chunk, Collected, ResponseMeta
 from tokenrelay.render.completions import CompletionChunker, completion_response
-
-router = APIRouter()
 
 
 class CompletionsEndpoint:
@@ -31,13 +25,10 @@ class CompletionsEndpoint:
     def events(self, backend: Backend, body: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
         return backend.complete(body, request_id)
 
-    def chunks(self, body: CompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]:
+    def chunks(
+        self, body: CompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
+    ) -> AsyncIterator[list[Chunk]]:
         return CompletionChunker(meta, want_logprobs=body.logprobs is not None).chunks(events)
 
     def body(self, body: CompletionRequest, meta: ResponseMeta, collected: Collected) -> dict[str, Any]:
         return completion_response(collected, meta, want_logprobs=body.logprobs is not None)
-
-
-@router.post("/v1/completions")
-async def completions(request: Request) -> Response:
-    return await handle(request, CompletionsEndpoint())

@@ -1,14 +1,11 @@
-"""The generation endpoints as a plain ASGI app in front of FastAPI: the relay's hot path.
+"""The generation endpoints as a plain ASGI app in front of FastAPI.
 
-`POST /v1/chat/completions` and `POST /v1/completions` are most of a gateway's traffic. FastAPI's stack
-(its router, exception and body-limit middlewares, per-route dependency machinery) cost about a tenth of each
-relayed request's CPU in a profile here (py-spy, 64 concurrent clients against a mock node) while adding
-nothing these two routes use: they read their own body, validate it with the protocol models and answer
-through `handle`. Every other request (other paths, other methods) goes to the FastAPI app.
+`/v1/chat/completions` and `/v1/completions` are most of a gateway's traffic, and FastAPI's router,
+middlewares and dependency machinery add nothing they use: they read their own body, validate it with the
+protocol models and answer through `handle`. Every other path goes to the FastAPI app.
 
-The lane does inline what the app's request-id and key-auth middlewares do (with the same functions),
-because a middleware that stamps its header on the way out wraps every `send`: one call per SSE frame.
-Here the header goes on the response object once, before it is sent.
+The lane does inline what the app's request-id and key-auth middlewares do (with the same functions), so
+the id header goes on the response once instead of through a wrapped `send` that sees every SSE frame.
 """
 
 from __future__ import annotations
@@ -24,14 +21,14 @@ from tokenrelay.api.chat import ChatEndpoint
 from tokenrelay.api.completions import CompletionsEndpoint
 from tokenrelay.api.generation import Endpoint, handle
 from tokenrelay.auth.middleware import authenticate
-from tokenrelay.errors import APIError, error_response
+from tokenrelay.errors import APIError, InvalidRequest, error_response
 from tokenrelay.requestid import assign_request_id
 
 log = logging.getLogger(__name__)
 
 
 class GenerationLane:
-    """Serves the two generation routes; the rest of the app sits behind it."""
+    """Serves the two generation paths; the rest of the app sits behind it."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
@@ -41,7 +38,7 @@ class GenerationLane:
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.endpoints:
+        if scope["type"] == "http" and scope["path"] in self.endpoints:
             await self._serve(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -55,10 +52,19 @@ class GenerationLane:
 
     async def _respond(self, scope: Scope, receive: Receive) -> Response:
         try:
-            await authenticate(scope)
+            await authenticate(scope)  # first, as for every /v1 path: a caller without a key learns nothing
+            if scope["method"] != "POST":
+                raise MethodNotAllowed(scope["method"], scope["path"])
             return await handle(Request(scope, receive), self.endpoints[scope["path"]])
         except APIError as exc:
             return error_response(exc)
         except Exception:  # the same answer FastAPI's handler gives: an OpenAI error body, details in the log
             log.exception("unhandled error on %s", scope["path"])
             return error_response(APIError("The server had an error while processing your request."))
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(f"{path} takes POST, not {method}.", headers={"Allow": "POST"})

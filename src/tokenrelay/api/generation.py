@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -15,10 +15,8 @@ from starlette.types import Receive, Scope, Send
 from tokenrelay.api.parsing import parse_body
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.calls import Call, ClientGone, current_call, observed, record_failure
-from tokenrelay.deadlines import Deadlines
-from tokenrelay.disconnect import DisconnectWatch
+from tokenrelay.disconnect import cancel_on_disconnect
 from tokenrelay.jsonbytes import dumps
-from tokenrelay.outbox import Outbox, current_outbox
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.render.common import Chunk, Collected, ResponseMeta, collect
 from tokenrelay.requestid import request_id_of
@@ -38,7 +36,7 @@ class Endpoint(Protocol):
 
     def events(self, backend: Backend, body: Any, request_id: str) -> AsyncIterator[Event]: ...
 
-    def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]: ...
+    def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[list[Chunk]]: ...
 
     def body(self, body: Any, meta: ResponseMeta, collected: Collected) -> dict[str, Any]: ...
 
@@ -62,15 +60,15 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
             include_usage=body.include_usage,
             **endpoint.meta_extra(body),
         )
-        # An answer is reported once its last bytes are handed to the server (`ReportedResponse`, `EventStream`'s
-        # `report`), so they leave before its log line, metrics and ledger row are made. A stream reported as its
-        # events ended had them made first: its last write waited for them.
+        # A call is reported once its response is over, so its log line, metrics and ledger row follow the
+        # answer's last bytes rather than hold them up.
         events = observed(endpoint.events(backend, body, call.request_id), call)
         report = functools.partial(services.end_call, call)
         if body.stream:
-            return await streamed(endpoint.chunks(body, meta, events), services.deadlines, report)
-        answer = endpoint.body(body, meta, await collected(request, events, services.deadlines))
-        return ReportedResponse(answer, report=report)
+            return await streamed(endpoint.chunks(body, meta, events), report)
+        with cancel_on_disconnect(request.receive):
+            collected = await collect(events)
+        return ReportedResponse(endpoint.body(body, meta, collected), report=report)
     except ClientGone as exc:
         record_failure(call, exc)
         services.end_call(call)
@@ -81,22 +79,24 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         raise
 
 
-async def streamed(chunks: AsyncIterator[Chunk], deadlines: Deadlines, report: Callable[[], None]) -> Response:
-    """The stream's response once its first chunk is in; `report` is called once its last bytes are out (or
-    sending failed). Errors raised before the first chunk (validation inside the backend, a full queue) keep
-    their HTTP status, and are the caller's to report; later ones become an SSE error event followed by [DONE]."""
-    outbox = Outbox()
-    current_outbox.set(outbox)  # before the backend starts: a paced producer finds it (see `tokenrelay.outbox`)
+async def streamed(chunks: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> Response:
+    """The stream's response once its first chunks are in; `report` is called once the response is over.
+    Errors raised before the first chunks (validation inside the backend, a full queue) keep their HTTP
+    status, and are the caller's to report; later ones become an SSE error event followed by [DONE]."""
     first = await anext(chunks, None)
-    return EventStream(chunks, first, outbox, deadlines, report)
+    return EventStream(first, chunks, report)
 
 
 class ReportedResponse(JSONResponse):
-    """A JSON answer that reports its call once sent, or once sending failed (so no call goes unrecorded)."""
+    """A JSON answer (encoded with orjson) that reports its call once sent, or once sending failed."""
 
     def __init__(self, content: Any, report: Callable[[], None]) -> None:
-        super().__init__(content)
-        self._report = report
+        super().__init__(content, background=BackgroundTask(self._reported))
+        self.report = report
+
+    async def _reported(self) -> None:
+        # A coroutine, so Starlette runs it on the loop: a plain function would go to its thread pool.
+        self.report()
 
     def render(self, content: Any) -> bytes:
         return dumps(content)
@@ -104,16 +104,6 @@ class ReportedResponse(JSONResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
-        finally:
-            self._report()
-
-
-async def collected(request: Request, events: AsyncIterator[Event], deadlines: Deadlines) -> Collected:
-    """Gather a non-streamed response, abandoning the generation if the client goes away."""
-    with DisconnectWatch(request.receive, deadlines) as watch:
-        try:
-            return await collect(events)
-        except asyncio.CancelledError:
-            if watch.gone():  # a shutdown's cancellation stays a cancellation
-                raise ClientGone from None
+        except BaseException:
+            self.report()  # a failed send or a cancellation skips the background task
             raise

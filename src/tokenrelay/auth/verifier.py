@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -41,29 +40,13 @@ class KeyVerifier:
 
     def __init__(self, store: KeyStore, settings: Settings) -> None:
         self.store = store
-        self._ttl = settings.accounting.key_cache_seconds
-        cached = alru_cache(maxsize=_CACHED_KEYS, ttl=self._ttl)
+        cached = alru_cache(maxsize=_CACHED_KEYS, ttl=settings.accounting.key_cache_seconds)
         self._principal = cached(self._lookup_principal)
         self._any_keys = cached(self._lookup_any_keys)
         self._static = self._static_hashes(settings)
-        # The answers of recent lookups, read without awaiting: a hit through `alru_cache` costs about 9 us (it
-        # awaits a shielded future), ~3% of a relayed request. An entry is made when the lookup itself runs, so
-        # it expires with the `alru_cache` entry made at the same moment, and a revocation still reaches this
-        # replica within `key_cache_seconds`. Misses and concurrent first lookups still go through `alru_cache`.
-        self._recent: dict[str, tuple[float, Principal | None]] = {}
 
     async def _lookup_principal(self, digest: str) -> Principal | None:
-        principal = await guarded(lambda: self.store.principal(digest))
-        if len(self._recent) >= _CACHED_KEYS:
-            self._recent.clear()  # junk tokens shaped like keys must not grow it without bound
-        self._recent[digest] = (time.monotonic() + self._ttl, principal)
-        return principal
-
-    async def _cached_principal(self, digest: str) -> Principal | None:
-        recent = self._recent.get(digest)
-        if recent is not None and recent[0] > time.monotonic():
-            return recent[1]
-        return await self._principal(digest)
+        return await guarded(lambda: self.store.principal(digest))
 
     async def _lookup_any_keys(self) -> bool:
         return await guarded(self.store.any_keys)
@@ -87,7 +70,7 @@ class KeyVerifier:
                 return principal
         if not looks_like_key(token):
             return None
-        principal = await self._cached_principal(digest)
+        principal = await self._principal(digest)
         if principal is None or principal.expired(utcnow()):
             return None
         return principal

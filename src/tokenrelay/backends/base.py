@@ -44,18 +44,12 @@ class TextDelta:
 class TextRun:
     """Plain text deltas of one choice that arrived together (one read from a node), in order.
 
-    The same as one `TextDelta` per text, without logprobs, and rendered as that many chunks; carried
-    through the layers between node and client as one event, since each layer's cost is per event (a fast
-    node's stream mostly arrives a dozen chunks to a read). Never empty, and no text in it is empty.
-
-    `encoded`, when known, holds each text as the JSON string its node sent (proven to be exactly one JSON
-    string each, `chunk_template.ChunkTemplate.run`): a renderer may put those bytes into its chunks as they
-    are instead of encoding the texts again. It is how the texts are written, not what they are, so two runs
-    with the same texts are equal whatever their encodings."""
+    The same as one `TextDelta` per text, without logprobs, and rendered as that many chunks. Carried as one
+    event so that what one read brought passes the layers between node and client once, and reaches the
+    client in one write. Never empty, and no text in it is empty."""
 
     index: int
     texts: list[str]
-    encoded: list[bytes] | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
+from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TextRun, TokenLogprob, ToolCallDelta, Usage
+from tokenrelay.calls import aclose_quietly
 from tokenrelay.render.common import ChoiceState, Chunk, Collected, ResponseMeta, chunk_body, usage_body
-from tokenrelay.render.runs import RunFrames
 
 
 def logprob_content(items: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -72,30 +72,35 @@ class ChatChunker:
         self.meta = meta
         self.want_logprobs = want_logprobs
         self.legacy_functions = legacy_functions
-        self.runs = RunFrames(self.event)
 
-    def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> Chunk:
         return chunk_body(self.meta, "chat.completion.chunk", choices, usage, service_tier=self.meta.service_tier)
 
     def _choice(self, index: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
         return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None} | extra
 
-    def opening(self) -> list[dict[str, Any]]:
+    def opening(self) -> list[Chunk]:
         return [self.chunk([self._choice(i, {"role": "assistant", "content": ""})]) for i in range(self.meta.choices)]
 
-    def event(self, event: Event) -> dict[str, Any] | None:
+    def event(self, event: Event) -> list[Chunk]:
+        """The chunks one event becomes: one per text of a run, none for an event the stream does not show."""
+        if isinstance(event, TextRun):
+            return [self._text(event.index, text, []) for text in event.texts]
         if isinstance(event, TextDelta):
-            logprobs = {"content": logprob_content(event.logprobs), "refusal": None} if self.want_logprobs else None
-            return self.chunk([self._choice(event.index, {"content": event.text}, logprobs=logprobs)])
+            return [self._text(event.index, event.text, event.logprobs)]
         if isinstance(event, ToolCallDelta):
-            return self.chunk([self._choice(event.index, self._tool_delta(event))])
+            return [self.chunk([self._choice(event.index, self._tool_delta(event))])]
         if isinstance(event, Finish):
-            return self.chunk([self._choice(event.index, {}, finish_reason=event.reason)])
+            return [self.chunk([self._choice(event.index, {}, finish_reason=event.reason)])]
         if isinstance(event, Usage) and self.meta.include_usage:
-            return self.chunk([], usage_body(event))
+            return [self.chunk([], usage_body(event))]
         if isinstance(event, DeltaFields):
-            return self.chunk([self._choice(event.index, dict(event.fields))])
-        return None
+            return [self.chunk([self._choice(event.index, dict(event.fields))])]
+        return []
+
+    def _text(self, index: int, text: str, logprobs: list[TokenLogprob]) -> Chunk:
+        content = {"content": logprob_content(logprobs), "refusal": None} if self.want_logprobs else None
+        return self.chunk([self._choice(index, {"content": text}, logprobs=content)])
 
     def _tool_delta(self, event: ToolCallDelta) -> dict[str, Any]:
         function: dict[str, Any] = {"arguments": event.arguments}
@@ -108,19 +113,20 @@ class ChatChunker:
             call |= {"id": event.id, "type": "function"}
         return {"tool_calls": [call]}
 
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]:
-        # The role chunks go out only once the backend has produced something, so that a request the
-        # backend rejects (context too long, unsupported field) still gets a plain HTTP error.
-        iterator = aiter(events)
-        first = await anext(iterator, None)
-        for opening in self.opening():
-            yield opening
-        if first is None:
-            return
-        body = self.runs.piece(first)
-        if body is not None:
-            yield body
-        async for event in iterator:  # not through a generator that puts `first` back: one layer less per event
-            body = self.runs.piece(event)
-            if body is not None:
-                yield body
+    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[list[Chunk]]:
+        """The chunks of each event that shows in the stream, event by event; closing this closes `events`.
+
+        The role chunks go out with the first chunks of content, not before, so that a request the backend
+        rejects (context too long, unsupported field) still gets a plain HTTP error."""
+        opening = self.opening()
+        try:
+            async for event in events:
+                chunks = self.event(event)
+                if chunks:
+                    if opening:
+                        chunks, opening = opening + chunks, []
+                    yield chunks
+            if opening:
+                yield opening  # the backend produced nothing to show
+        finally:
+            await aclose_quietly(events)

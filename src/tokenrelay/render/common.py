@@ -17,11 +17,11 @@ from tokenrelay.backends.base import (
     Usage,
 )
 
-# What a chunker yields: a chunk to encode and frame, or frames already made (a `TextRun`'s, `render.runs`).
-Chunk = dict[str, Any] | bytes
+# One stream chunk's body, before it is encoded and framed.
+Chunk = dict[str, Any]
 
 
-@dataclass(slots=True)  # made per request: a frozen dataclass's __init__ costs 2.5x (object.__setattr__)
+@dataclass(slots=True)
 class ResponseMeta:
     """Fields every response and chunk of one request repeats."""
 
@@ -93,7 +93,7 @@ class Collected:
     usage: Usage = field(default_factory=Usage)
 
     def choice(self, index: int) -> ChoiceState:
-        state = self.choices.get(index)  # not `setdefault`: that would build a ChoiceState for every event
+        state = self.choices.get(index)  # not `setdefault`, which would build a ChoiceState for every event
         if state is None:
             state = self.choices[index] = ChoiceState()
         return state

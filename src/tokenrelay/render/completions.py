@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, Usage
+from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, TokenLogprob, Usage
+from tokenrelay.calls import aclose_quietly
 from tokenrelay.render.common import Chunk, Collected, ResponseMeta, chunk_body, usage_body
-from tokenrelay.render.runs import RunFrames
 
 
 def completion_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -45,26 +45,37 @@ def completion_response(collected: Collected, meta: ResponseMeta, *, want_logpro
 
 
 class CompletionChunker:
+    """Turns a backend's events into `text_completion` chunk dicts."""
+
     def __init__(self, meta: ResponseMeta, *, want_logprobs: bool) -> None:
         self.meta = meta
         self.want_logprobs = want_logprobs
-        self.runs = RunFrames(self.event)
 
-    def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> Chunk:
         return chunk_body(self.meta, "text_completion", choices, usage)
 
-    def event(self, event: Event) -> dict[str, Any] | None:
+    def event(self, event: Event) -> list[Chunk]:
+        """The chunks one event becomes: one per text of a run, none for an event the stream does not show."""
+        if isinstance(event, TextRun):
+            return [self._text(event.index, text, []) for text in event.texts]
         if isinstance(event, TextDelta):
-            logprobs = completion_logprobs(event.logprobs) if self.want_logprobs else None
-            return self.chunk([{"index": event.index, "text": event.text, "logprobs": logprobs, "finish_reason": None}])
+            return [self._text(event.index, event.text, event.logprobs)]
         if isinstance(event, Finish):
-            return self.chunk([{"index": event.index, "text": "", "logprobs": None, "finish_reason": event.reason}])
+            return [self.chunk([{"index": event.index, "text": "", "logprobs": None, "finish_reason": event.reason}])]
         if isinstance(event, Usage) and self.meta.include_usage:
-            return self.chunk([], usage_body(event))
-        return None
+            return [self.chunk([], usage_body(event))]
+        return []
 
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[Chunk]:
-        async for event in events:
-            body = self.runs.piece(event)
-            if body is not None:
-                yield body
+    def _text(self, index: int, text: str, logprobs: list[TokenLogprob]) -> Chunk:
+        content = completion_logprobs(logprobs) if self.want_logprobs else None
+        return self.chunk([{"index": index, "text": text, "logprobs": content, "finish_reason": None}])
+
+    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[list[Chunk]]:
+        """The chunks of each event that shows in the stream, event by event; closing this closes `events`."""
+        try:
+            async for event in events:
+                chunks = self.event(event)
+                if chunks:
+                    yield chunks
+        finally:
+            await aclose_quietly(events)

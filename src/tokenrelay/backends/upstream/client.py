@@ -1,4 +1,4 @@
-"""The HTTP client of one node: pooled keep-alive connections carrying the node's key (see `http1.py`)."""
+"""The HTTP client of one node: its transport's pooled connections, carrying the node's key."""
 
 from __future__ import annotations
 
@@ -6,38 +6,46 @@ import asyncio
 import logging
 
 from tokenrelay import __version__
-from tokenrelay.backends.upstream.http1 import Pool, Reply, TransportError
+from tokenrelay.backends.upstream.aiohttp_transport import AiohttpTransport
+from tokenrelay.backends.upstream.http1 import Pool
+from tokenrelay.backends.upstream.transport import NodeReply, TransportError, TransportFactory
 from tokenrelay.config import UpstreamSettings, UpstreamTimeouts
 
 log = logging.getLogger(__name__)
 
+# What a model's `routing.node_client` setting names.
+TRANSPORTS: dict[str, TransportFactory] = {"http1": Pool, "aiohttp": AiohttpTransport}
+
 
 class NodeClient:
-    """One node's connection pool. The relay sets each stage's deadline (per chunk, keep-alive comments
-    excluded); the pool keeps them, and its own limit on connecting."""
+    """One node's connections. The relay sets each stage's deadline (per chunk, keep-alive comments
+    excluded); the transport keeps them, and its own limit on connecting."""
 
-    def __init__(self, settings: UpstreamSettings, timeouts: UpstreamTimeouts) -> None:
+    def __init__(
+        self, settings: UpstreamSettings, timeouts: UpstreamTimeouts, transport: TransportFactory = Pool
+    ) -> None:
         headers = {"User-Agent": f"tokenrelay/{__version__}", "Content-Type": "application/json"}
         if settings.api_key is not None:
             headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
-        self.pool = Pool(settings.url, headers, timeouts.connect)
+        self.name = settings.label
+        self.transport = transport(settings.url, headers, timeouts.connect)
 
-    async def post(self, path: str, payload: bytes, headers: dict[str, str], deadline: float) -> Reply:
+    async def post(self, path: str, payload: bytes, headers: dict[str, str], deadline: float) -> NodeReply:
         """Send a request; returns once the node's status line and headers are in (by `deadline`, loop time)."""
-        return await self.pool.request("POST", path, payload, headers, deadline)
+        return await self.transport.request("POST", path, payload, headers, deadline)
 
     async def probe(self, path: str, timeout: float) -> bool:
         try:
             deadline = asyncio.get_running_loop().time() + timeout
-            reply = await self.pool.request("GET", path, deadline=deadline)
+            reply = await self.transport.request("GET", path, deadline=deadline)
             try:
                 await reply.read(deadline)
             finally:
                 reply.release()
             return 200 <= reply.status < 300
         except TransportError as exc:
-            log.info("probe of node %s failed: %s", self.pool.origin.host_header, exc)
+            log.info("probe of node %s failed: %s", self.name, exc)
             return False
 
     async def close(self) -> None:
-        await self.pool.close()
+        await self.transport.close()

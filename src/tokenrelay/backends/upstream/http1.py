@@ -1,12 +1,8 @@
-"""A lean HTTP/1.1 client for nodes: pooled keep-alive connections on asyncio's `Protocol`, parsed by httptools.
+"""The hand-written node transport: pooled keep-alive connections on asyncio's `Protocol`, parsed by httptools.
 
-Written here because no client library is fast enough for a gateway's hot path. Measured on this machine
-against the benchmark's mock node, one request at a time (benchmarks/node_client.py): aiohttp 3.14 spent
-about three times as long per exchange as this client, most of it in its request and response
-machinery (cookie handling, header multidicts, tracing hooks, payload writers), none of which a gateway
-talking to its own nodes uses. The parsing, the part that must be right (chunked bodies, keep-alive,
-malformed answers), is httptools (llhttp, the parser uvicorn itself serves with); this module only keeps
-the pool, writes the request head and hands the body over as it arrives.
+A gateway talking to its own nodes needs none of a general client's cookie handling, header multidicts or
+hooks, so this keeps to the pool, the request head and the body as it arrives; the part that must be right
+(chunked bodies, keep-alive, malformed answers) is httptools (llhttp, the parser uvicorn serves with).
 
 One exchange per connection at a time; a connection goes back to the pool only when its answer was read to
 the end and the node kept it alive, and is closed otherwise (which is also how a node learns that the
@@ -16,71 +12,27 @@ client of an abandoned generation has gone).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import ssl
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
-from urllib.parse import unquote, urlsplit
 
 import httptools
 
-from tokenrelay.deadlines import Deadlines
-from tokenrelay.turnwrites import TurnFlush
+from tokenrelay.backends.upstream.transport import (
+    KEEPALIVE_SECONDS,
+    ConnectFailed,
+    ConnectionLost,
+    Origin,
+    ReadTimeout,
+    TransportError,
+)
 
-# Idle connections are dropped before common servers drop them (uvicorn, so vLLM and SGLang: 5 s), so a
-# request is not sent down a connection the node is closing.
-KEEPALIVE_SECONDS = 4.0
 # A stream's bytes wait here while the client is slow to take them; past this, the node is asked to pause
 # (TCP's own flow control then holds it back) rather than fill our memory.
 _HIGH_WATER = 256 * 1024
 
 T = TypeVar("T")
-
-
-class TransportError(Exception):
-    """The exchange failed below HTTP: no connection, a dropped one, or bytes that are not HTTP."""
-
-
-class ConnectFailed(TransportError):
-    pass
-
-
-class ConnectionLost(TransportError):
-    pass
-
-
-class ReadTimeout(TransportError):
-    """The deadline the caller gave passed first."""
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a node's URL points: what to connect to and what to put in each request head."""
-
-    host: str
-    port: int
-    tls: bool
-    base_path: str  # the URL's path without its trailing slash, e.g. "/v1"
-    host_header: str
-    basic_auth: str | None  # credentials written into the URL, as an Authorization value
-
-    @classmethod
-    def parse(cls, url: str) -> Origin:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {parts.scheme}://{parts.hostname or ''}")
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        host = parts.hostname
-        shown = f"[{host}]" if ":" in host else host
-        default_port = port == (443 if tls else 80)
-        basic = None
-        if parts.username is not None:
-            secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            basic = "Basic " + base64.b64encode(secret).decode()
-        return cls(host, port, tls, parts.path.rstrip("/"), shown if default_port else f"{shown}:{port}", basic)
 
 
 class Reply:
@@ -119,7 +71,7 @@ class Reply:
                 return None
             self._waiter = asyncio.get_running_loop().create_future()
             try:
-                await until(self._waiter, deadline, self._connection.pool.deadlines)
+                await until(self._waiter, deadline)
             finally:
                 self._waiter = None
         piece = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
@@ -163,32 +115,16 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._paused = False
-        self._unsent: bytes | None = None  # a request not yet written (see `send`)
 
     # The exchange ---------------------------------------------------------------------------------
     def send(self, data: bytes) -> asyncio.Future[Reply]:
-        """Start an exchange: `data` is written at the start of the next loop turn, the answer's head awaited.
-
-        Why one turn later: a node that is not saturated sleeps between requests, and each request written
-        on its own wakes it on its own (a wake-up costs the node, and then this process for the answer that
-        comes back on its own). A gateway under load sends many requests in one turn; written together,
-        they reach the node together, which takes them in one wake-up and answers them together. Measured
-        with `benchmarks/gateway.py`'s set-up, 64 concurrent streams: 316 -> 282 us of this process's CPU per
-        request, and 73 -> 60 us of the mock node's (`benchmarks/paired.py`). One request alone waits only for
-        the rest of its turn.
-        The pool's connections write from one `TurnFlush`, so the turn's requests leave in one burst."""
+        """Start an exchange: write the request (head and body in one write) and await the answer's head."""
         assert self.transport is not None
         self.reply = Reply(self)
         self.head = asyncio.get_running_loop().create_future()
         self.keep_alive = False
-        self._unsent = data
-        self.pool.flushes.soon(self._write_unsent)
+        self.transport.write(data)
         return self.head
-
-    def _write_unsent(self) -> None:
-        data, self._unsent = self._unsent, None
-        if data is not None and not self.closed and self.transport is not None:
-            self.transport.write(data)
 
     def finish(self, reply: Reply | None, reusable: bool) -> None:
         if reply is None or reply is not self.reply:
@@ -202,7 +138,6 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
-        self._unsent = None  # an exchange abandoned before its request went out: the node never sees it
         if self.transport is not None:
             self.transport.close()
 
@@ -280,11 +215,15 @@ class _Connection(asyncio.Protocol):
 
 
 class Pool:
-    """A node's connections: reused most recent first, each dropped after `KEEPALIVE_SECONDS` idle."""
+    """A node's connections (a `transport.NodeTransport`): reused most recent first, each dropped after
+    `keepalive` seconds idle."""
 
-    def __init__(self, url: str, headers: dict[str, str], connect_timeout: float) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str], connect_timeout: float, keepalive: float = KEEPALIVE_SECONDS
+    ) -> None:
         self.origin = Origin.parse(url)
         self.connect_timeout = connect_timeout
+        self.keepalive = keepalive
         fixed = {"Host": self.origin.host_header, "Accept-Encoding": "identity", **headers}
         if self.origin.basic_auth is not None:
             fixed.setdefault("Authorization", self.origin.basic_auth)
@@ -292,8 +231,6 @@ class Pool:
         self._idle: deque[_Connection] = deque()
         self._ssl = ssl.create_default_context() if self.origin.tls else None
         self._closed = False
-        self.deadlines = Deadlines()  # the exchanges' time limits
-        self.flushes = TurnFlush()  # the connections' requests, written a turn later (see `_Connection.send`)
 
     async def request(
         self,
@@ -313,7 +250,7 @@ class Pool:
         head += f"Content-Length: {len(body)}\r\n\r\n" if method != "GET" else "\r\n"
         connection = self._idle_connection() or await self._connect(deadline)
         try:
-            return await until(connection.send(head.encode("latin-1") + body), deadline, self.deadlines)
+            return await until(connection.send(head.encode("latin-1") + body), deadline)
         except BaseException:
             connection.finish(connection.reply, reusable=False)
             raise
@@ -335,7 +272,7 @@ class Pool:
             self._idle.pop().close()
 
     def _idle_connection(self) -> _Connection | None:
-        oldest = asyncio.get_running_loop().time() - KEEPALIVE_SECONDS
+        oldest = asyncio.get_running_loop().time() - self.keepalive
         while self._idle:
             connection = self._idle.pop()
             # `closed` comes with connection_lost; a transport the node has begun to close may precede it.
@@ -367,16 +304,14 @@ class Pool:
         return connection
 
 
-async def until(future: asyncio.Future[T], deadline: float | None, deadlines: Deadlines) -> T:
-    """Await `future`, failing it with `ReadTimeout` at `deadline` (loop time; `tokenrelay.deadlines`, so up to
-    its resolution late).
+async def until(future: asyncio.Future[T], deadline: float | None) -> T:
+    """Await `future`, failing it with `ReadTimeout` at `deadline` (loop time).
 
-    A deadline that fails the future rather than `asyncio.timeout`, which cancels the whole task: no
-    cancellation to tell apart from a real one, and much cheaper (the node answers well within its deadline
-    on nearly every exchange)."""
+    The deadline fails the future rather than cancelling the task (as `asyncio.timeout` would), so there is
+    no cancellation to tell apart from a real one."""
     if deadline is None:
         return await future
-    alarm = deadlines.call_at(deadline, _expire, future)
+    alarm = asyncio.get_running_loop().call_at(deadline, _expire, future)
     try:
         return await future
     finally:

@@ -14,13 +14,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
-from tokenrelay.backends.upstream.client import NodeClient
+from tokenrelay.backends.upstream.client import TRANSPORTS, NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
 from tokenrelay.backends.upstream.metering import Meter, TokenCounter
 from tokenrelay.backends.upstream.relay import Exchange, relay
 from tokenrelay.backends.upstream.router import Load
-from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser, plain_delta
+from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import Overloaded
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -87,7 +87,7 @@ class Node:
         self.node_model = settings.model or model_id
         self.routing = routing
         self.counter = counter
-        self.client = NodeClient(settings, routing.timeouts)
+        self.client = NodeClient(settings, routing.timeouts, TRANSPORTS[routing.node_client])
         self.load = Load()
         self.breaker = _breaker(routing)
         self.health = ProbeHealth(routing.health.unhealthy_after)
@@ -101,10 +101,10 @@ class Node:
 
     def _exchange(self, request: Request) -> Exchange:
         if isinstance(request, ChatCompletionRequest):
-            return Exchange("/chat/completions", node_body(request, self.node_model), chat_events, plain_delta)
-        if self.settings.completions_via_chat:  # a plain chunk's text delta carries over as it is
+            return Exchange("/chat/completions", node_body(request, self.node_model), chat_events)
+        if self.settings.completions_via_chat:
             body = completion_as_chat(request, self.node_model)
-            return Exchange("/chat/completions", body, ChatAsCompletion(), plain_delta)
+            return Exchange("/chat/completions", body, ChatAsCompletion())
         return Exchange("/completions", node_body(request, self.node_model), completion_parser)
 
     async def probe(self) -> None:

@@ -8,9 +8,7 @@ is kept as `DeltaFields` so the client still sees it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
-
-import orjson
+from typing import Any, TypeGuard
 
 from tokenrelay.backends.base import (
     DeltaFields,
@@ -28,15 +26,8 @@ from tokenrelay.backends.base import (
 _MODELLED = frozenset({"role", "content", "tool_calls", "function_call"})
 
 
-# The fields of a chunk's delta that carry nothing but its text (and the role, implied by the endpoint).
-_TEXT_ONLY = frozenset({"role", "content"})
-
-
 def chat_events(body: dict[str, Any], key: str) -> list[Event]:
     """Events of a chat chunk (`key="delta"`) or a chat body (`key="message"`), usage excluded."""
-    text = _plain_text(body, key)
-    if text is not None:
-        return text
     events: list[Event] = []
     for choice in _choices(body):
         index = _int(choice.get("index"))
@@ -57,40 +48,6 @@ def chat_events(body: dict[str, Any], key: str) -> list[Event]:
     return events
 
 
-def _plain_text(body: dict[str, Any], key: str) -> list[Event] | None:
-    """The events of the usual stream chunk, one choice with text alone, as the loop below makes them;
-    None for any other chunk. Most of a stream is such chunks: read here with a handful of lookups rather
-    than every check below (about half the cost of a chunk's events)."""
-    plain = _plain_choice(body, key)
-    if plain is None:
-        return None
-    index, text = plain
-    return [TextDelta(index, text)] if text else []
-
-
-def plain_delta(body: dict[str, Any]) -> tuple[int, str] | None:
-    """The choice index and text of a chat chunk that carries one choice's text alone (the text may be empty:
-    no event); None for any other chunk. What `chat_events` makes of such a chunk is `TextDelta(index, text)`,
-    or nothing for an empty text (see `chunk_template`)."""
-    return _plain_choice(body, "delta")
-
-
-def _plain_choice(body: dict[str, Any], key: str) -> tuple[int, str] | None:
-    choices = body.get("choices")
-    if type(choices) is not list or len(choices) != 1:
-        return None
-    choice = choices[0]
-    if type(choice) is not dict or choice.get("logprobs") is not None or choice.get("finish_reason"):
-        return None
-    message = choice.get(key)
-    if type(message) is not dict or not _TEXT_ONLY.issuperset(message):
-        return None
-    content = message.get("content")
-    if type(content) is not str:
-        return None if content else (_int(choice.get("index")), "")  # a text that is not a string: the loop decides
-    return _int(choice.get("index")), content
-
-
 def completion_events(body: dict[str, Any]) -> list[Event]:
     """Events of a text completion chunk or body, usage excluded."""
     events: list[Event] = []
@@ -107,44 +64,23 @@ def completion_events(body: dict[str, Any]) -> list[Event]:
 
 def coalesced(events: list[Event]) -> list[Event]:
     """The events of one read from a node, with each run of plain text deltas of one choice (text, no
-    logprobs) as one `TextRun`; every other event as it was, in the same order. A run read with its JSON
-    strings (`TextRun.encoded`) takes in the plain text just before it (a stream's first text, decoded in
-    full to learn the chunk's shape), encoded as orjson writes it, but no delta after it."""
-    if len(events) < 2:
-        return events
+    logprobs) as one `TextRun`; every other event as it was, in the same order."""
     out: list[Event] = []
     for event in events:
-        if type(event) is TextRun and event.encoded is not None and out:
-            joined = _joined(out[-1], event)
-            if joined is not None:
-                out[-1] = joined
-                continue
-        if type(event) is TextDelta and event.text and not event.logprobs and out:
-            last = out[-1]
-            if type(last) is TextRun and last.index == event.index and last.encoded is None:
+        last = out[-1] if out else None
+        if _plain(event):
+            if isinstance(last, TextRun) and last.index == event.index:
                 last.texts.append(event.text)
                 continue
-            if type(last) is TextDelta and last.text and not last.logprobs and last.index == event.index:
+            if _plain(last) and last.index == event.index:
                 out[-1] = TextRun(event.index, [last.text, event.text])
                 continue
         out.append(event)
     return out
 
 
-def _joined(last: Event, run: TextRun) -> TextRun | None:
-    """`last`'s plain text and the encoded `run` after it as one run; None if `last` is no plain text of the
-    run's choice, or holds a text orjson refuses (a lone surrogate)."""
-    if type(last) is TextDelta and last.text and not last.logprobs and last.index == run.index:
-        texts = [last.text]
-    elif type(last) is TextRun and last.index == run.index:
-        texts = last.texts
-    else:
-        return None
-    try:
-        encoded = last.encoded if type(last) is TextRun and last.encoded is not None else list(map(orjson.dumps, texts))
-    except TypeError:
-        return None
-    return TextRun(run.index, texts + run.texts, encoded + run.encoded)  # type: ignore[operator]  # run's is set
+def _plain(event: Event | None) -> TypeGuard[TextDelta]:
+    return isinstance(event, TextDelta) and bool(event.text) and not event.logprobs
 
 
 def usage_of(body: dict[str, Any]) -> Usage | None:

@@ -135,7 +135,7 @@ def canned_node() -> Iterator[None]:
 
 @contextmanager
 def no_observers() -> Iterator[None]:
-    from tokenrelay.services import Services
+    from tokenrelay.server.services import Services
 
     original = Services.end_call
 
@@ -166,8 +166,8 @@ Cell = tuple[str, bool]  # a set-up, and whether the requests stream
 
 
 async def run(port: int, data: Path, key: str, cells: list[Cell], args: argparse.Namespace) -> dict[Cell, float]:
-    from tokenrelay.app import create_app
     from tokenrelay.config import Settings
+    from tokenrelay.server.app import create_app
 
     upstream = {"url": f"http://127.0.0.1:{port}/v1", "name": "mock", "model": "mock"}
     settings = Settings(data_dir=str(data), models=[{"id": "bench", "upstreams": [upstream]}])
@@ -195,7 +195,7 @@ def main() -> int:
     sys.path.insert(0, src)  # before any tokenrelay module is imported (they are, inside the functions above)
     import uvloop
 
-    from tokenrelay.logsetup import configure_logging
+    from tokenrelay.observability.logs import configure_logging
 
     with tempfile.TemporaryDirectory(prefix="tokenrelay-breakdown-") as work:
         data = Path(work)

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
-from conftest import start_server  # noqa: E402
+from servers import start_server  # noqa: E402
 
 TOPICS = ["a lighthouse", "a bakery", "a comet", "a library", "a glacier", "a violin", "a harbour", "a forest"]
 # Both schemas need more than max_tokens to complete (minItems), so every request of either kind produces

@@ -32,9 +32,10 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
-from conftest import free_port, server_env, shared_data_dir  # noqa: E402
+from servers import free_port, server_env, shared_data_dir  # noqa: E402
+
 from constrained import constrained_report  # noqa: E402
 from peer_build import llama_server_binary  # noqa: E402
 from tokenrelay.backends.llamacpp.cpu import cpu_flags  # noqa: E402

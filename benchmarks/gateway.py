@@ -197,7 +197,8 @@ def start_tokenrelay(
     name = name or ("tokenrelay" if workers == 1 else f"tokenrelay-w{workers}")
     upstream = {"url": node.url.removesuffix("/chat/completions"), "name": "mock", "model": "mock"}
     settings = yaml.safe_load(extra.read_text()) if extra else {}
-    settings.setdefault("routing", {})["node_client"] = node_client
+    if node_client != "http1":  # written only when asked for, so older trees (before the setting) run too
+        settings.setdefault("routing", {})["node_client"] = node_client
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings | {"models": [{"id": "bench", "upstreams": [upstream]}]}))
     log = work / f"{name}.log"

@@ -1,4 +1,4 @@
-from tokenrelay.cli import main
+from tokenrelay.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tokenrelay.auth.keystore import KeySpec
-from tokenrelay.timeutil import parse_expiry, utcnow
+from tokenrelay.store.timeutil import parse_expiry, utcnow
 
 PositiveLimit = Annotated[int, Field(ge=1)]
 

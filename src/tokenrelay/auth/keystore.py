@@ -14,7 +14,7 @@ from tokenrelay.auth.keysecrets import display_prefix, hash_secret, new_key_id, 
 from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import InvalidRequest, NotFound
 from tokenrelay.store.schema import api_keys, key_counters
-from tokenrelay.timeutil import iso, utcnow
+from tokenrelay.store.timeutil import iso, utcnow
 
 
 @dataclass(frozen=True, slots=True)

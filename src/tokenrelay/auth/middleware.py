@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tokenrelay.adminauth import scope_bearer_token
+from tokenrelay.admin.guard import scope_bearer_token
 from tokenrelay.errors import APIError, error_response
 
 PROTECTED = "/v1"
@@ -22,7 +22,7 @@ def protected(path: str) -> bool:
 
 async def authenticate(scope: Scope) -> None:
     """Put the caller's `Principal` in the request state; `APIError` (401, or 503) when there is none.
-    Shared by this middleware and the generation lane (`tokenrelay.api.fastlane`)."""
+    Shared by this middleware and the generation lane (`tokenrelay.openai.lane`)."""
     verifier = scope["app"].state.services.verifier
     principal = await verifier.authenticate(scope_bearer_token(scope))
     scope.setdefault("state", {})["principal"] = principal

@@ -14,7 +14,7 @@ from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
 from tokenrelay.config import Settings
 from tokenrelay.errors import AuthenticationError, Overloaded
-from tokenrelay.timeutil import utcnow
+from tokenrelay.store.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The interface every backend implements, and the events it yields.
 
-A backend receives a validated protocol request and yields events; `tokenrelay.render` turns the events into
+A backend receives a validated protocol request and yields events; `tokenrelay.openai` renders the events into
 JSON or SSE for the client. Keeping the wire format out of backends is what lets the embedded engine and
 upstream nodes share one renderer, one ledger and one set of metrics.
 """

@@ -24,7 +24,7 @@ from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.buckets import drained, drained_sql, retry_after
 from tokenrelay.store.schema import key_counters, reservations
-from tokenrelay.timeutil import utcnow
+from tokenrelay.store.timeutil import utcnow
 
 c = key_counters.c
 

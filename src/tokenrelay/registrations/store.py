@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tokenrelay.config import UpstreamSettings
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.store.schema import registered_nodes
-from tokenrelay.timeutil import utcnow
+from tokenrelay.store.timeutil import utcnow
 
 _INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 

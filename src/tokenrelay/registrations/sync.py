@@ -13,21 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from tokenrelay.backends.registry import Registry
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import Settings, UpstreamSettings
 from tokenrelay.registrations.store import NodeStore, StoredNode
 
-if TYPE_CHECKING:
-    from tokenrelay.services import Services
-
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (model id, node name)
+# The routed backend of a model id, made (and registered) when a node registers for a model that has none.
+RoutedFor = Callable[[str], Awaitable[RoutedBackend]]
 
 
 def configured_node(settings: Settings, model_id: str, name: str) -> UpstreamSettings | None:
@@ -38,9 +38,13 @@ def configured_node(settings: Settings, model_id: str, name: str) -> UpstreamSet
 class NodeSync:
     """The registrations this process has applied, and the task that keeps them current."""
 
-    def __init__(self, store: NodeStore, services: Services, interval: float) -> None:
+    def __init__(
+        self, store: NodeStore, registry: Registry, settings: Settings, routed_for: RoutedFor, interval: float
+    ) -> None:
         self.store = store
-        self.services = services
+        self.registry = registry
+        self.settings = settings
+        self.routed_for = routed_for
         self.interval = interval
         self.applied: dict[Key, UpstreamSettings] = {}
         self._lock = asyncio.Lock()  # one apply at a time: each awaits node changes halfway through
@@ -101,7 +105,7 @@ class NodeSync:
                 wanted[(node.model_id, node.name)] = upstream
         for key, upstream in wanted.items():  # additions first: a model swapping nodes is never left empty
             if self.applied.get(key) != upstream:
-                backend = await self.services.routed_backend(key[0])
+                backend = await self.routed_for(key[0])
                 await backend.add_node(upstream)
                 self.applied[key] = upstream
         for key in [k for k in self.applied if k not in wanted]:
@@ -115,14 +119,14 @@ class NodeSync:
         return node.upstream
 
     async def _withdraw(self, model_id: str, name: str) -> None:
-        backend = self.services.registry.find(model_id)
+        backend = self.registry.find(model_id)
         if not isinstance(backend, RoutedBackend):
             return
-        configured = configured_node(self.services.settings, model_id, name)
+        configured = configured_node(self.settings, model_id, name)
         if configured is not None:
             await backend.add_node(configured)
             return
         await backend.remove_node(name)
         if backend.dynamic and not backend.nodes:
-            self.services.registry.remove(model_id)
+            self.registry.remove(model_id)
             await backend.close()

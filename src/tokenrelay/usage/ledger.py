@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tokenrelay.calls import Call
+from tokenrelay.calls.record import Call
 from tokenrelay.config import AccountingSettings
 from tokenrelay.usage.inline import CHECKPOINT_ROWS, MAX_ROWS, InlineWriter, inline_path
 from tokenrelay.usage.rows import LedgerEntry, entry_for

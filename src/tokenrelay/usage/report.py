@@ -11,7 +11,7 @@ from sqlalchemy import Integer, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tokenrelay.store.schema import usage
-from tokenrelay.timeutil import iso
+from tokenrelay.store.timeutil import iso
 
 GroupBy = Literal["key", "model", "day"]
 GROUPINGS: tuple[str, ...] = ("key", "model", "day")

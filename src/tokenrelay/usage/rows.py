@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tokenrelay.calls import Call
-from tokenrelay.ids import time_ordered_id
+from tokenrelay.calls.record import Call
 from tokenrelay.limits.limiter import Reservation
+from tokenrelay.store.ids import time_ordered_id
 
 
 @dataclass(slots=True)  # made per request: a frozen dataclass's __init__ costs 2.5x (object.__setattr__)

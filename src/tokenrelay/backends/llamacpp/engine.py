@@ -7,16 +7,17 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Event, Finish, ModelCard, TextDelta, TokenLogprob, Usage
+from tokenrelay.backends.base import Event, ModelCard, TextDelta, TokenLogprob, Usage
 from tokenrelay.backends.llamacpp import prompts
+from tokenrelay.backends.llamacpp.choices import Candidate, PromptRun, partial_usage, translate
 from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
-from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
+from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
@@ -27,10 +28,10 @@ from tokenrelay.backends.llamacpp.structured.toolstream import tool_events
 from tokenrelay.backends.llamacpp.structured.vocabulary import GrammarVocabulary
 from tokenrelay.backends.llamacpp.templates import ChatTemplate, template_for
 from tokenrelay.backends.llamacpp.textstream import TextStream
-from tokenrelay.calls import current_call
+from tokenrelay.calls.record import current_call
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import APIError, InvalidRequest
-from tokenrelay.progress import Progress
+from tokenrelay.observability.progress import Progress
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -38,25 +39,6 @@ from tokenrelay.protocol.completions import CompletionRequest
 log = logging.getLogger(__name__)
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI completions API's default
-
-
-@dataclass
-class PromptRun:
-    """One prompt of a request: its tokens, how its choices are numbered, what is echoed."""
-
-    tokens: list[int]
-    first_index: int
-    echo_text: str | None = None
-    echo_from: int = 0
-
-
-@dataclass
-class Candidate:
-    """A best_of candidate kept back until all are done, then ranked by mean token logprob."""
-
-    events: list[Event] = field(default_factory=list)
-    finish: str | None = None
-    score: float = float("-inf")
 
 
 class LlamaCppBackend:
@@ -364,42 +346,3 @@ class LlamaCppBackend:
             placed.extend(offsets.feed(bytes(entry.bytes or []), entry).logprobs)
         placed.extend(offsets.flush().logprobs)
         return [TextDelta(plan.index, run.echo_text, placed) for plan in job.seqs]
-
-
-def partial_usage(jobs: list[Job]) -> Usage:
-    """What a request cut short had consumed: its prompts and the tokens generated so far."""
-    return Usage(
-        prompt_tokens=sum(len(job.prompt) for job in jobs),
-        completion_tokens=sum(job.completion_tokens for job in jobs),
-        cached_tokens=sum(job.cached_tokens for job in jobs),
-    )
-
-
-def translate(event: object, run: PromptRun, pool: dict[int, Candidate], ranked: bool, n: int) -> list[Event]:
-    """Scheduler events of one prompt → client events, renumbered; best_of candidates are held back."""
-    if isinstance(event, TextDelta):
-        if ranked:
-            pool.setdefault(event.index, Candidate()).events.append(event)
-            return []
-        return [TextDelta(run.first_index + event.index, event.text, event.logprobs)]
-    if isinstance(event, SeqFinished):
-        if ranked:
-            candidate = pool.setdefault(event.index, Candidate())
-            candidate.finish = event.reason
-            candidate.score = event.mean_logprob if event.mean_logprob is not None else float("-inf")
-            return []
-        return [Finish(run.first_index + event.index, event.reason)]
-    if isinstance(event, JobDone) and ranked:
-        return best_candidates(pool, run, n)
-    return []
-
-
-def best_candidates(pool: dict[int, Candidate], run: PromptRun, n: int) -> list[Event]:
-    """The `n` candidates with the highest mean token logprob, renumbered as choices."""
-    order = sorted(pool, key=lambda i: (-pool[i].score, i))[:n]
-    out: list[Event] = []
-    for choice, index in enumerate(order):
-        for event in pool[index].events:
-            out.append(TextDelta(run.first_index + choice, event.text, event.logprobs))
-        out.append(Finish(run.first_index + choice, pool[index].finish or "stop"))
-    return out

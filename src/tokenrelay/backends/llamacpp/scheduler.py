@@ -13,65 +13,20 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
 from tokenrelay.backends.llamacpp.context import LlamaContext
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
-from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished, SeqPlan
+from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step
 from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, log_softmax, logits_row, top_k
+from tokenrelay.backends.llamacpp.slots import EngineStats, Sequence, Slot, common_prefix
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import Overloaded
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(eq=False)
-class Sequence:
-    plan: SeqPlan
-    job: Job
-    sampler: TokenSampler
-    text: TextStream
-    generated: int = 0
-    score: float = 0.0
-    next_token: int | None = None
-
-
-@dataclass(eq=False)
-class Slot:
-    """One llama.cpp sequence id and what its KV cells hold."""
-
-    seq_id: int
-    cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
-    chunked: int = 0  # leading cache positions evaluated as whole prompt chunks (reusable exactly)
-    seq: Sequence | None = None  # decoding
-    job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
-    pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
-    primary: Slot | None = None  # for a secondary: the slot whose prefill it will copy
-
-    @property
-    def free(self) -> bool:
-        return self.seq is None and self.job is None
-
-
-@dataclass
-class EngineStats:
-    steps: int = 0
-    prompt_tokens_evaluated: int = 0
-    tokens_generated: int = 0
-    decode_seconds: float = 0.0  # inside llama_decode
-    step_seconds: float = 0.0  # whole steps (decode + batching + sampling + text)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class Scheduler:

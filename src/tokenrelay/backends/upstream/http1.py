@@ -27,6 +27,7 @@ from tokenrelay.backends.upstream.transport import (
     ReadTimeout,
     TransportError,
 )
+from tokenrelay.loopturn import LoopTurnBatch
 
 # A stream's bytes wait here while the client is slow to take them; past this, the node is asked to pause
 # (TCP's own flow control then holds it back) rather than fill our memory.
@@ -115,16 +116,26 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._paused = False
+        self._unsent: bytes | None = None  # a request not yet written (see `send`)
 
     # The exchange ---------------------------------------------------------------------------------
     def send(self, data: bytes) -> asyncio.Future[Reply]:
-        """Start an exchange: write the request (head and body in one write) and await the answer's head."""
+        """Start an exchange: the request is written when this loop turn ends, the answer's head awaited.
+
+        A gateway under load starts many exchanges in one turn; written together, they reach a node together,
+        and it takes them in one wake-up rather than one per request."""
         assert self.transport is not None
         self.reply = Reply(self)
         self.head = asyncio.get_running_loop().create_future()
         self.keep_alive = False
-        self.transport.write(data)
+        self._unsent = data
+        self.pool.writes.add(self)
         return self.head
+
+    def write_unsent(self) -> None:
+        data, self._unsent = self._unsent, None
+        if data is not None and not self.closed and self.transport is not None:
+            self.transport.write(data)
 
     def finish(self, reply: Reply | None, reusable: bool) -> None:
         if reply is None or reply is not self.reply:
@@ -138,6 +149,7 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._unsent = None  # an exchange abandoned before its request went out: the node never sees it
         if self.transport is not None:
             self.transport.close()
 
@@ -231,6 +243,7 @@ class Pool:
         self._idle: deque[_Connection] = deque()
         self._ssl = ssl.create_default_context() if self.origin.tls else None
         self._closed = False
+        self.writes: LoopTurnBatch[_Connection] = LoopTurnBatch(_write_requests)  # see `_Connection.send`
 
     async def request(
         self,
@@ -330,3 +343,8 @@ def _header_lines(headers: dict[str, str]) -> str:
     if text.count("\n") != len(headers) or text.count("\r") != len(headers) or "\0" in text:
         raise ValueError("a header holds a line break")
     return text
+
+
+def _write_requests(connections: list[_Connection]) -> None:
+    for connection in connections:
+        connection.write_unsent()

@@ -55,6 +55,8 @@ class SSEDecoder:
 
 def _message(block: str) -> SSEMessage | None:
     """The event of one block of lines (blank lines, before it, end no event); None if it has no data."""
+    if block.startswith("data: ") and "\n" not in block:  # what nodes send: one `data:` line alone
+        return SSEMessage(block[6:])
     data: list[str] = []
     event = ""
     for line in block.split("\n"):

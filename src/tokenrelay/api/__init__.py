@@ -1,1 +1,0 @@
-"""Thin HTTP routes; the work happens in backends and renderers."""

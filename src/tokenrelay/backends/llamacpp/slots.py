@@ -1,0 +1,54 @@
+"""What the scheduler keeps per llama.cpp sequence: the slots, the sequences decoding in them, the step counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokenrelay.backends.llamacpp.jobs import Job, SeqPlan
+from tokenrelay.backends.llamacpp.sampling import TokenSampler
+from tokenrelay.backends.llamacpp.textstream import TextStream
+
+
+@dataclass(eq=False)
+class Sequence:
+    plan: SeqPlan
+    job: Job
+    sampler: TokenSampler
+    text: TextStream
+    generated: int = 0
+    score: float = 0.0
+    next_token: int | None = None
+
+
+@dataclass(eq=False)
+class Slot:
+    """One llama.cpp sequence id and what its KV cells hold."""
+
+    seq_id: int
+    cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
+    chunked: int = 0  # leading cache positions evaluated as whole prompt chunks (reusable exactly)
+    seq: Sequence | None = None  # decoding
+    job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
+    pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
+    primary: Slot | None = None  # for a secondary: the slot whose prefill it will copy
+
+    @property
+    def free(self) -> bool:
+        return self.seq is None and self.job is None
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    prompt_tokens_evaluated: int = 0
+    tokens_generated: int = 0
+    decode_seconds: float = 0.0  # inside llama_decode
+    step_seconds: float = 0.0  # whole steps (decode + batching + sampling + text)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

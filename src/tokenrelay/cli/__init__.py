@@ -1,0 +1,1 @@
+"""`tokenrelay serve | keys | usage`."""

@@ -1,0 +1,19 @@
+"""`GET /metrics`: Prometheus text format, open by default, admin-only with `metrics_require_admin`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from tokenrelay.admin.guard import require_admin
+from tokenrelay.observability.metrics import CONTENT_TYPE_LATEST
+
+router = APIRouter()
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    services = request.app.state.services
+    if services.settings.metrics_require_admin:
+        await require_admin(request)
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)

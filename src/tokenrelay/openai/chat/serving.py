@@ -1,0 +1,39 @@
+"""What `/v1/chat/completions` parses, asks of a backend and renders (served by `tokenrelay.openai.lane`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tokenrelay.backends.base import Backend, Event
+from tokenrelay.openai.chat.render import ChatChunker, chat_response
+from tokenrelay.openai.render import Chunk, Collected, ResponseMeta
+from tokenrelay.protocol.chat import ChatCompletionRequest
+
+
+def _legacy(body: ChatCompletionRequest) -> bool:
+    return bool(body.functions) and not body.tools
+
+
+class ChatEndpoint:
+    name = "chat.completions"
+    id_prefix = "chatcmpl"
+    request_model = ChatCompletionRequest
+
+    def choices(self, body: ChatCompletionRequest) -> int:
+        return body.choices
+
+    def meta_extra(self, body: ChatCompletionRequest) -> dict[str, Any]:
+        return {"service_tier": body.service_tier}
+
+    def events(self, backend: Backend, body: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        return backend.chat(body, request_id)
+
+    def chunks(
+        self, body: ChatCompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
+    ) -> AsyncIterator[list[Chunk]]:
+        chunker = ChatChunker(meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))
+        return chunker.chunks(events)
+
+    def body(self, body: ChatCompletionRequest, meta: ResponseMeta, collected: Collected) -> dict[str, Any]:
+        return chat_response(collected, meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))

@@ -1,0 +1,34 @@
+"""What `/v1/completions` parses, asks of a backend and renders (served by `tokenrelay.openai.lane`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tokenrelay.backends.base import Backend, Event
+from tokenrelay.openai.completions.render import CompletionChunker, completion_response
+from tokenrelay.openai.render import Chunk, Collected, ResponseMeta
+from tokenrelay.protocol.completions import CompletionRequest
+
+
+class CompletionsEndpoint:
+    name = "completions"
+    id_prefix = "cmpl"
+    request_model = CompletionRequest
+
+    def choices(self, body: CompletionRequest) -> int:
+        return body.choices * len(body.prompts)
+
+    def meta_extra(self, body: CompletionRequest) -> dict[str, Any]:
+        return {}
+
+    def events(self, backend: Backend, body: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
+        return backend.complete(body, request_id)
+
+    def chunks(
+        self, body: CompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
+    ) -> AsyncIterator[list[Chunk]]:
+        return CompletionChunker(meta, want_logprobs=body.logprobs is not None).chunks(events)
+
+    def body(self, body: CompletionRequest, meta: ResponseMeta, collected: Collected) -> dict[str, Any]:
+        return completion_response(collected, meta, want_logprobs=body.logprobs is not None)

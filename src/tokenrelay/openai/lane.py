@@ -1,0 +1,70 @@
+"""The generation endpoints as a plain ASGI app in front of FastAPI.
+
+`/v1/chat/completions` and `/v1/completions` are most of a gateway's traffic, and FastAPI's router,
+middlewares and dependency machinery add nothing they use: they read their own body, validate it with the
+protocol models and answer through `handle`. Every other path goes to the FastAPI app.
+
+The lane does inline what the app's request-id and key-auth middlewares do (with the same functions), so
+the id header goes on the response once instead of through a wrapped `send` that sees every SSE frame.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from tokenrelay.auth.middleware import authenticate
+from tokenrelay.errors import APIError, InvalidRequest, error_response
+from tokenrelay.openai.chat.serving import ChatEndpoint
+from tokenrelay.openai.completions.serving import CompletionsEndpoint
+from tokenrelay.openai.serving import Endpoint, handle
+from tokenrelay.server.request_ids import assign_request_id
+
+log = logging.getLogger(__name__)
+
+
+class GenerationLane:
+    """Serves the two generation paths; the rest of the app sits behind it."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.endpoints: dict[str, Endpoint] = {
+            "/v1/chat/completions": ChatEndpoint(),
+            "/v1/completions": CompletionsEndpoint(),
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in self.endpoints:
+            await self._serve(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self.app  # what Starlette sets: `handle` finds the services there
+        request_id = assign_request_id(scope)
+        response = await self._respond(scope, receive)
+        response.raw_headers.append((b"x-request-id", request_id.encode("latin-1")))
+        await response(scope, receive, send)
+
+    async def _respond(self, scope: Scope, receive: Receive) -> Response:
+        try:
+            await authenticate(scope)  # first, as for every /v1 path: a caller without a key learns nothing
+            if scope["method"] != "POST":
+                raise MethodNotAllowed(scope["method"], scope["path"])
+            return await handle(Request(scope, receive), self.endpoints[scope["path"]])
+        except APIError as exc:
+            return error_response(exc)
+        except Exception:  # the same answer FastAPI's handler gives: an OpenAI error body, details in the log
+            log.exception("unhandled error on %s", scope["path"])
+            return error_response(APIError("The server had an error while processing your request."))
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(f"{path} takes POST, not {method}.", headers={"Allow": "POST"})

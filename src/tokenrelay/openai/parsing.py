@@ -1,0 +1,69 @@
+"""Request bodies → validated protocol models, with OpenAI-style 400s."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import Receive
+
+from tokenrelay.calls.record import ClientGone
+from tokenrelay.errors import InvalidRequest, from_validation_error
+from tokenrelay.protocol.common import GenerationRequest, WireModel
+
+log = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=GenerationRequest)
+Wire = TypeVar("Wire", bound=WireModel)
+
+MAX_BODY_BYTES = 32 << 20
+
+
+async def parse_body(request: Request, model: type[Model], max_n: int) -> Model:
+    body = await read_body(request.receive)
+    if not body.strip():
+        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
+    parsed = validate_json(model, body, {"max_n": max_n})
+    _note_extras(request, parsed)
+    return parsed
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The request body, read straight from ASGI messages (Starlette's `Request.body()` adds an async
+    generator per message) and refused once it passes `MAX_BODY_BYTES`, before the rest is buffered."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        part = message.get("body", b"")
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise InvalidRequest("The request body is too large.", code="request_too_large", status=413)
+        parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None = None) -> Wire:
+    """Strict JSON validation; any complaint becomes one OpenAI-style 400 naming the field."""
+    try:
+        return model.model_validate_json(body, strict=True, context=context)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def _note_extras(request: Request, parsed: GenerationRequest) -> None:
+    """Unknown fields are accepted; each name is logged once per server."""
+    seen: set[str] = request.app.state.services.extras_seen
+    for name in parsed.extra_fields():
+        if name not in seen:
+            seen.add(name)
+            log.info(
+                "request field %r is not part of the OpenAI API: the embedded engine ignores it, upstream nodes "
+                "receive it (logged once)",
+                name,
+            )

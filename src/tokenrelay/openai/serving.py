@@ -1,0 +1,109 @@
+"""The flow both generation endpoints share: parse, route, run, observe, render as JSON or SSE."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from tokenrelay.backends.base import Backend, Event
+from tokenrelay.calls.record import Call, ClientGone, current_call, observed, record_failure
+from tokenrelay.jsonbytes import dumps
+from tokenrelay.openai.disconnect import cancel_on_disconnect
+from tokenrelay.openai.parsing import parse_body
+from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, collect
+from tokenrelay.openai.sse import EventStream
+from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.server.request_ids import request_id_of
+
+
+class Endpoint(Protocol):
+    """What differs between `/v1/chat/completions` and `/v1/completions`."""
+
+    name: str
+    id_prefix: str
+    request_model: type[GenerationRequest]
+
+    def choices(self, body: Any) -> int: ...
+
+    def meta_extra(self, body: Any) -> dict[str, Any]: ...
+
+    def events(self, backend: Backend, body: Any, request_id: str) -> AsyncIterator[Event]: ...
+
+    def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[list[Chunk]]: ...
+
+    def body(self, body: Any, meta: ResponseMeta, collected: Collected) -> dict[str, Any]: ...
+
+
+async def handle(request: Request, endpoint: Endpoint) -> Response:
+    services = request.app.state.services
+    call = Call(request_id=request_id_of(request.scope), endpoint=endpoint.name, model="")
+    current_call.set(call)
+    services.begin_call(call, request)
+    try:
+        body = await parse_body(request, endpoint.request_model, services.settings.max_n)
+        call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
+        backend = await services.admit(call, body)
+        call.backend = backend.kind
+        meta = ResponseMeta(
+            id=f"{endpoint.id_prefix}-{call.request_id}",
+            created=int(time.time()),
+            model=body.model,
+            system_fingerprint=backend.fingerprint(),
+            choices=endpoint.choices(body),
+            include_usage=body.include_usage,
+            **endpoint.meta_extra(body),
+        )
+        # A call is reported once its response is over, so its log line, metrics and ledger row follow the
+        # answer's last bytes rather than hold them up.
+        events = observed(endpoint.events(backend, body, call.request_id), call)
+        report = functools.partial(services.end_call, call)
+        if body.stream:
+            return await streamed(endpoint.chunks(body, meta, events), report)
+        with cancel_on_disconnect(request.receive):
+            collected = await collect(events)
+        return ReportedResponse(endpoint.body(body, meta, collected), report=report)
+    except ClientGone as exc:
+        record_failure(call, exc)
+        services.end_call(call)
+        return Response(status_code=499)  # nobody is listening; this only ends the ASGI exchange cleanly
+    except BaseException as exc:
+        record_failure(call, exc)
+        services.end_call(call)
+        raise
+
+
+async def streamed(chunks: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> Response:
+    """The stream's response once its first chunks are in; `report` is called once the response is over.
+    Errors raised before the first chunks (validation inside the backend, a full queue) keep their HTTP
+    status, and are the caller's to report; later ones become an SSE error event followed by [DONE]."""
+    first = await anext(chunks, None)
+    return EventStream(first, chunks, report)
+
+
+class ReportedResponse(JSONResponse):
+    """A JSON answer (encoded with orjson) that reports its call once sent, or once sending failed."""
+
+    def __init__(self, content: Any, report: Callable[[], None]) -> None:
+        super().__init__(content, background=BackgroundTask(self._reported))
+        self.report = report
+
+    async def _reported(self) -> None:
+        # A coroutine, so Starlette runs it on the loop: a plain function would go to its thread pool.
+        self.report()
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except BaseException:
+            self.report()  # a failed send or a cancellation skips the background task
+            raise

@@ -1,0 +1,71 @@
+"""Server-sent events: chunk dicts → `data:` frames, an error event after the first byte, always `[DONE]`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from tokenrelay.calls.record import ClientGone, aclose_quietly
+from tokenrelay.errors import APIError
+from tokenrelay.jsonbytes import dumps
+from tokenrelay.openai.disconnect import cancel_on_disconnect
+from tokenrelay.openai.render import Chunk
+
+log = logging.getLogger(__name__)
+
+DONE = b"data: [DONE]\n\n"
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def frame(body: Chunk) -> bytes:
+    return b"data: " + dumps(body) + b"\n\n"
+
+
+def frames(chunks: list[Chunk]) -> bytes:
+    return b"".join([frame(chunk) for chunk in chunks])
+
+
+async def stream_body(first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]]) -> AsyncGenerator[bytes, None]:
+    """The stream's body: the frames of each event as one piece, so one write. An error after the stream
+    started becomes one error event; `[DONE]` ends the stream either way."""
+    if first is not None:
+        yield frames(first)
+    try:
+        async for chunks in rest:
+            yield frames(chunks)
+    except APIError as exc:
+        yield frame(exc.body())
+    except Exception:
+        log.exception("stream failed after the first byte")
+        yield frame(APIError("The server failed while streaming the response.").body())
+    yield DONE
+
+
+class EventStream(StreamingResponse):
+    """An SSE response of a generation's chunks that stops, cancelling the generation behind it, when the
+    client disconnects; `report` is called once the response is over, however it ended.
+
+    Starlette's own `__call__` watches for the disconnect (on uvicorn's ASGI spec 2.3) with an anyio task
+    group per response, far dearer on the hot path than the one listener task of `cancel_on_disconnect`,
+    inside which this `__call__` runs Starlette's `stream_response`."""
+
+    def __init__(self, first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> None:
+        self.body_stream = stream_body(first, rest)
+        self.chunks = rest
+        self.report = report
+        super().__init__(self.body_stream, media_type="text/event-stream", headers=HEADERS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            with cancel_on_disconnect(receive):
+                await self.stream_response(send)
+        except (ClientGone, OSError):
+            pass  # the client went away: the generation was cancelled with the stream, or stops below
+        finally:
+            # Close the generation (nothing to do if it ran to its end), so the call has all it will get.
+            await self.body_stream.aclose()
+            await aclose_quietly(self.chunks)  # a body closed before it started never reached them
+            self.report()

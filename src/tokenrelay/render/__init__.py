@@ -1,1 +1,0 @@
-"""Backend events → OpenAI response bodies and stream chunks."""

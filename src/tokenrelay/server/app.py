@@ -1,0 +1,74 @@
+"""The ASGI application: `create_app(settings)` builds everything in its lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from tokenrelay import __version__
+from tokenrelay.admin import nodes as admin_nodes
+from tokenrelay.admin import routes as admin_routes
+from tokenrelay.auth.middleware import KeyAuthMiddleware
+from tokenrelay.config import Settings
+from tokenrelay.console import install_console
+from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
+from tokenrelay.observability.metrics import route as metrics_route
+from tokenrelay.openai import models, tokenize
+from tokenrelay.openai.lane import GenerationLane
+from tokenrelay.server.announce import announce
+from tokenrelay.server.gc_tuning import tune_garbage_collector
+from tokenrelay.server.request_ids import RequestIdMiddleware
+from tokenrelay.server.services import Services
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings) -> GenerationLane:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = Services(settings)
+        app.state.services = services
+        try:
+            await services.start()
+            announce(settings.host, settings.port, services.registry.all())
+            tune_garbage_collector()
+            yield
+        finally:
+            await services.close()
+
+    # FastAPI's own OpenTelemetry hooks look up providers (and the environment) on every request; tokenrelay
+    # does not use them.
+    off = {"tracing": False, "metrics": False, "logs": False}
+    app = FastAPI(
+        title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=off
+    )
+    app.add_middleware(KeyAuthMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # added last, so outermost: auth errors carry X-Request-ID too
+    for module in (models, tokenize, metrics_route, admin_routes, admin_nodes):
+        app.include_router(module.router)
+    install_console(app)
+    install_error_handlers(app)
+    return GenerationLane(app)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return error_response(NotFound(f"Unknown path {request.url.path}."))
+        return error_response(InvalidRequest(str(exc.detail), status=exc.status_code, headers=dict(exc.headers or {})))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(APIError("The server had an error while processing your request."))

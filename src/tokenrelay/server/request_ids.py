@@ -1,0 +1,59 @@
+"""`X-Request-ID`: taken from the client when sane, generated otherwise, echoed on every response."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tokenrelay.store.ids import time_ordered_id
+
+HEADER = "x-request-id"
+_SAFE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def new_request_id() -> str:
+    """A time-ordered UUID (version 7), as 32 hex digits: the ledger indexes request ids (`tokenrelay.store.ids`)."""
+    return time_ordered_id()
+
+
+def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
+    for name, value in headers:
+        if name.lower() == HEADER.encode():
+            text = value.decode("latin-1")
+            if _SAFE.match(text):
+                return text
+    return new_request_id()
+
+
+def request_id_of(scope: Scope) -> str:
+    """The id `assign_request_id` gave the request (kept in the scope's state, which `Request.state` wraps)."""
+    return scope["state"]["request_id"]
+
+
+def assign_request_id(scope: Scope) -> str:
+    """The request's id, kept in its state for the handlers; shared by this middleware and the generation lane."""
+    request_id = request_id_from(scope.get("headers", []))
+    scope.setdefault("state", {})["request_id"] = request_id
+    return request_id
+
+
+class RequestIdMiddleware:
+    """Plain ASGI middleware (no BaseHTTPMiddleware) so streaming responses pass through untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = assign_request_id(scope)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

@@ -1,0 +1,176 @@
+"""Everything a running server holds, built by the app's lifespan (never at import)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from tokenrelay.auth.verifier import KeyVerifier
+from tokenrelay.backends.base import Backend
+from tokenrelay.backends.llamacpp.default_model import DEFAULT_MODELS
+from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
+from tokenrelay.backends.registry import Registry
+from tokenrelay.backends.upstream.backend import RoutedBackend
+from tokenrelay.backends.upstream.members import EmbeddedMember
+from tokenrelay.backends.upstream.metering import EngineCounter
+from tokenrelay.calls.accounting import Accounting
+from tokenrelay.calls.record import Call
+from tokenrelay.calls.reporting import FinishedCalls
+from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
+from tokenrelay.errors import AuthenticationError, ModelNotFound
+from tokenrelay.observability.metrics import Metrics
+from tokenrelay.observability.metrics.multiprocess import shared_metrics_dir
+from tokenrelay.observability.requestlog import log_call
+from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.registrations.sealing import KeySeal
+from tokenrelay.registrations.store import NodeStore
+from tokenrelay.registrations.sync import NodeSync
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    registry: Registry = field(default_factory=Registry)
+    extras_seen: set[str] = field(default_factory=set)
+    metrics: Metrics = field(init=False)
+    accounting: Accounting = field(init=False)
+    nodes: NodeSync = field(init=False)
+    worker: int | None = field(init=False)  # this process's pid when it is one of several workers
+    finished: FinishedCalls = field(init=False)
+
+    def __post_init__(self) -> None:
+        several = self.settings.workers > 1
+        self.worker = os.getpid() if several else None
+        self.metrics = Metrics(self.backend_statuses, shared_metrics_dir() if several else None)
+        self.accounting = Accounting(self.settings)
+        store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
+        self.nodes = NodeSync(
+            store, self.registry, self.settings, self.routed_backend, self.settings.routing.registry_sync_seconds
+        )
+        self.finished = FinishedCalls([self._log_call, self.metrics.observe, self.accounting.end])
+
+    @property
+    def verifier(self) -> KeyVerifier:
+        return self.accounting.verifier
+
+    async def start(self) -> None:
+        await self.accounting.start()
+        await self.accounting.check_exposure()
+        for model in self.settings.served_models():
+            backend = self._backend_for(model)
+            await backend.start()
+            self.registry.add(backend)
+        await self.nodes.start()
+
+    def _backend_for(self, model: ModelSettings) -> Backend:
+        if not model.upstreams:
+            return self._engine_for(model)
+        engine = self._engine_for(model) if model.path is not None else None
+        return self._routed(model.id, model, engine, model.upstreams)
+
+    def _engine_for(self, model: ModelSettings) -> LlamaCppBackend:
+        path = model.path
+        if path is None:  # a default model (the settings allow no other without a path)
+            path = DEFAULT_MODELS[model.id](self.settings.data_dir)
+        template = model.chat_template or self.settings.chat_template
+        probes = self.settings.data_dir / "cpu-probes"
+        return LlamaCppBackend(model.id, path, self.settings.engine_for(model), template, probe_dir=probes)
+
+    def _routed(
+        self, model_id: str, model: ModelSettings | None, engine: Backend | None, nodes: list[UpstreamSettings]
+    ) -> RoutedBackend:
+        routing = self.settings.routing_for(model)
+        if engine is None:
+            return RoutedBackend(model_id, routing, nodes, dynamic=model is None)
+        capacity, counter = None, None
+        if isinstance(engine, LlamaCppBackend):
+            capacity = engine.engine_settings.slots + engine.engine_settings.queue_size
+            counter = EngineCounter(engine)
+        member = EmbeddedMember(engine, routing, max_in_flight=capacity)
+        return RoutedBackend(model_id, routing, nodes, embedded=member, counter=counter)
+
+    async def routed_backend(self, model_id: str) -> RoutedBackend:
+        """The routed backend of `model_id`, made when a node registers for a model that has none yet.
+
+        A model served by the embedded engine alone becomes a mixed one; an id not in the configuration
+        becomes a model of its own, removed again with its last node.
+        """
+        current = self.registry.find(model_id)
+        if isinstance(current, RoutedBackend):
+            return current
+        configured = next((m for m in self.settings.served_models() if m.id == model_id), None)
+        backend = self._routed(model_id, configured, current, [])
+        await backend.start()
+        self.registry.put(backend)
+        return backend
+
+    async def close(self) -> None:
+        # uvicorn has already waited (bounded by shutdown_timeout) for in-flight requests and cancelled the
+        # rest; give the cancelled ones a moment to record themselves before the ledger's final flush.
+        self.finished.flush()
+        await self.accounting.drain(timeout=5.0)
+        self.finished.flush()  # what the calls that unwound during the drain left
+        await self.nodes.close()
+        for backend in self.registry.all():
+            await backend.close()
+        await self.accounting.close()
+        self.metrics.close()
+
+    # Call accounting: the seam for the ledger, metrics and request logs -------------------------------
+    def begin_call(self, call: Call, request: Request) -> None:
+        """The caller was authenticated (by `KeyAuthMiddleware`, or the generation lane) before the body was read."""
+        principal = request.scope.get("state", {}).get("principal")  # not `request.state` (see `request_id_of`)
+        if principal is None:  # never serve a /v1 route the middleware did not see
+            raise AuthenticationError("This request was not authenticated.")
+        self.accounting.begin(call, principal)
+
+    async def admit(self, call: Call, body: GenerationRequest) -> Backend:
+        """After parsing: the key may use the model, and its limits can take the request's worst case.
+        Returns the backend that serves the model."""
+        if call.principal is not None and not call.principal.may_use(body.model):
+            raise ModelNotFound(body.model)
+        backend = await self.backend(body.model)
+        call.reservation = await self.accounting.admit(call, body, backend)
+        return backend
+
+    async def backend(self, model_id: str) -> Backend:
+        """The backend serving `model_id`; an id this process does not know is first looked up among the
+        registered nodes, since another replica or worker may have registered it a moment ago."""
+        if self.registry.find(model_id) is None:
+            await self.nodes.refresh_for_unknown_model()
+        return self.registry.get(model_id)
+
+    def end_call(self, call: Call) -> None:
+        """Report a finished call (once, however often it is called) to the log, metrics and ledger."""
+        if call.reported:
+            return
+        call.reported = True
+        self.finished.add(call)
+
+    def _log_call(self, call: Call) -> None:
+        log_call(call, self.worker)
+
+    def ready(self) -> bool:
+        backends = self.registry.all()
+        return bool(backends) and all(b.ready() for b in backends)
+
+    def model_status(self) -> dict[str, Any]:
+        """Per-model state for the unauthenticated `/health`: node addresses are left out (they are for
+        operators, through `/admin/nodes`)."""
+        return {model: public_status(status) for model, status in self.backend_statuses()}
+
+    def backend_statuses(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(b.card.id, b.status()) for b in self.registry.all()]
+
+
+def public_status(status: dict[str, Any]) -> dict[str, Any]:
+    nodes = status.get("nodes")
+    if not nodes:
+        return status
+    return status | {"nodes": [{k: v for k, v in node.items() if k != "url"} for node in nodes]}

@@ -2,30 +2,10 @@
 
 from __future__ import annotations
 
-from starlette.requests import HTTPConnection, Request
-from starlette.types import Scope
+from starlette.requests import Request
 
+from tokenrelay.auth.bearer import bearer_token
 from tokenrelay.errors import AuthenticationError, PermissionDenied
-
-
-def bearer_token(request: HTTPConnection) -> str | None:
-    return bearer_of(request.headers.get("authorization", ""))
-
-
-def scope_bearer_token(scope: Scope) -> str | None:
-    """`bearer_token` of the request of an ASGI scope, read from its header list (whose names are lower case)
-    without the `Headers` object a connection builds."""
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            return bearer_of(value.decode("latin-1"))
-    return None
-
-
-def bearer_of(header: str) -> str | None:
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
 
 
 async def require_admin(request: Request) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tokenrelay.admin.guard import scope_bearer_token
+from tokenrelay.auth.bearer import scope_bearer_token
 from tokenrelay.errors import APIError, error_response
 
 PROTECTED = "/v1"

@@ -18,11 +18,11 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from tokenrelay.auth.middleware import authenticate
+from tokenrelay.calls.request_ids import assign_request_id
 from tokenrelay.errors import APIError, InvalidRequest, error_response
 from tokenrelay.openai.chat.serving import ChatEndpoint
 from tokenrelay.openai.completions.serving import CompletionsEndpoint
 from tokenrelay.openai.serving import Endpoint, handle
-from tokenrelay.server.request_ids import assign_request_id
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from starlette.types import Receive, Scope, Send
 
 from tokenrelay.backends.base import Backend, Event
 from tokenrelay.calls.record import Call, ClientGone, current_call, observed, record_failure
+from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import parse_body
 from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, collect
 from tokenrelay.openai.sse import EventStream
 from tokenrelay.protocol.common import GenerationRequest
-from tokenrelay.server.request_ids import request_id_of
 
 
 class Endpoint(Protocol):

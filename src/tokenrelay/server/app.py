@@ -12,18 +12,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tokenrelay import __version__
+from tokenrelay.admin import metrics as metrics_route
 from tokenrelay.admin import nodes as admin_nodes
 from tokenrelay.admin import routes as admin_routes
 from tokenrelay.auth.middleware import KeyAuthMiddleware
+from tokenrelay.calls.request_ids import RequestIdMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
-from tokenrelay.observability.metrics import route as metrics_route
 from tokenrelay.openai import models, tokenize
 from tokenrelay.openai.lane import GenerationLane
 from tokenrelay.server.announce import announce
 from tokenrelay.server.gc_tuning import tune_garbage_collector
-from tokenrelay.server.request_ids import RequestIdMiddleware
 from tokenrelay.server.services import Services
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from tokenrelay.backends.registry import Registry
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.members import EmbeddedMember
 from tokenrelay.backends.upstream.metering import EngineCounter
-from tokenrelay.calls.accounting import Accounting
 from tokenrelay.calls.record import Call
 from tokenrelay.calls.reporting import FinishedCalls
 from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
@@ -29,6 +28,7 @@ from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
 from tokenrelay.registrations.sync import NodeSync
+from tokenrelay.server.accounting import Accounting
 
 log = logging.getLogger(__name__)
 

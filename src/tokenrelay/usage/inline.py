@@ -2,9 +2,7 @@
 
 Through the engine (aiosqlite) a batch goes to the driver's thread: the rows are prepared on the loop by
 SQLAlchemy, then bound and stepped one by one in the thread, which takes the interpreter's lock back from the
-busy loop for every row. At 64 concurrent clients that cost about 37 us of CPU per relayed request
-(`benchmarks/gateway.py`, ledger writes switched off and on), twice SQLite's own work for a row. Here the same
-statements run in the loop's thread with the standard library's driver: no hand-over, no per-row lock traffic.
+busy loop for every row (dearer than SQLite's own work for the row). Here the same statements run in the loop's thread with the standard library's driver: no hand-over, no per-row lock traffic.
 
 What keeps the loop from waiting on the database:
 - The lock is never waited for: `busy_timeout` is 0 and each transaction starts with `BEGIN IMMEDIATE`, so a
@@ -12,8 +10,7 @@ What keeps the loop from waiting on the database:
   refused at once, and the ledger sends that batch the usual way, through the engine, whose thread waits.
 - No checkpoint runs here (`wal_autocheckpoint=0`): moving the WAL's pages into the database file, with its
   fsync, is left to the ledger, which checkpoints through the engine's thread every `CHECKPOINT_ROWS` rows.
-- Transactions are small (`MAX_ROWS`; SQLite takes about 10 us a row) and the ledger yields to the loop
-  between them.
+- Transactions are small (`MAX_ROWS`) and the ledger yields to the loop between them.
 - Only rows written for the first time that settle nothing: settlement and rows that may exist already
   (a retry, a spill replay) keep to `write_batch`.
 

@@ -57,9 +57,9 @@ class RequestMetrics:
 
     Inside an event loop a finished call's figures are added to pending totals (plain dicts) and applied to
     the Prometheus children at most `FLUSH_SECONDS` later, by a timer, or at once by `flush()` (every scrape
-    calls it first). Applied call by call they cost 5.6-8.7 us a call here, and 10-14 us with several workers,
-    whose values live in files (`prometheus_client`'s multiprocess mode: a lock, a pid check and an mmap
-    write per value); pending, a busy server applies each series once per interval instead. A scrape of
+    calls it first). Applied call by call they would cost several updates a call, dearer still with several
+    workers, whose values live in files (`prometheus_client`'s multiprocess mode: a lock, a pid check and an
+    mmap write per value); pending, a busy server applies each series once per interval instead. A scrape of
     another worker sees this one's calls within the interval. Outside a loop (scripts, unit tests) each call
     is applied at once.
     """

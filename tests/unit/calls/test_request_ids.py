@@ -6,7 +6,7 @@ import time
 import uuid
 
 from tokenrelay.backends.upstream.members import trace_headers
-from tokenrelay.server.request_ids import new_request_id
+from tokenrelay.calls.request_ids import new_request_id
 
 
 def test_generated_ids_are_distinct_version_7_uuids_in_time_order() -> None:

@@ -2,7 +2,8 @@
 
 Through the engine (aiosqlite) a batch goes to the driver's thread: the rows are prepared on the loop by
 SQLAlchemy, then bound and stepped one by one in the thread, which takes the interpreter's lock back from the
-busy loop for every row (dearer than SQLite's own work for the row). Here the same statements run in the loop's thread with the standard library's driver: no hand-over, no per-row lock traffic.
+busy loop for every row (dearer than SQLite's own work for the row). Here the same statements run in the
+loop's thread with the standard library's driver: no hand-over, no per-row lock traffic.
 
 What keeps the loop from waiting on the database:
 - The lock is never waited for: `busy_timeout` is 0 and each transaction starts with `BEGIN IMMEDIATE`, so a

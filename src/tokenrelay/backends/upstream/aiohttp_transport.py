@@ -74,9 +74,7 @@ class AiohttpTransport:
         self.origin = Origin.parse(url)
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
-        self.headers = {"Accept-Encoding": "identity", **headers}
-        if self.origin.basic_auth is not None:
-            self.headers.setdefault("Authorization", self.origin.basic_auth)
+        self.headers = self.origin.fixed_headers(headers)
         self._session: aiohttp.ClientSession | None = None
 
     async def request(

@@ -236,10 +236,7 @@ class Pool:
         self.origin = Origin.parse(url)
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
-        fixed = {"Host": self.origin.host_header, "Accept-Encoding": "identity", **headers}
-        if self.origin.basic_auth is not None:
-            fixed.setdefault("Authorization", self.origin.basic_auth)
-        self._head_lines = _header_lines(fixed)
+        self._head_lines = _header_lines({"Host": self.origin.host_header, **self.origin.fixed_headers(headers)})
         self._idle: deque[_Connection] = deque()
         self._ssl = ssl.create_default_context() if self.origin.tls else None
         self._closed = False

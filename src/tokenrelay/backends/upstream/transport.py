@@ -109,6 +109,14 @@ class Origin:
             basic = "Basic " + base64.b64encode(secret).decode()
         return cls(host, port, tls, parts.path.rstrip("/"), shown if default_port else f"{shown}:{port}", basic)
 
+    def fixed_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """The headers of every request to this node: no compressed bodies (the relay reads them as they come),
+        the caller's `headers`, and the URL's credentials unless the caller gave its own."""
+        fixed = {"Accept-Encoding": "identity", **headers}
+        if self.basic_auth is not None:
+            fixed.setdefault("Authorization", self.basic_auth)
+        return fixed
+
     @property
     def base_url(self) -> str:
         """The URL without its credentials or trailing slash, e.g. "http://node:8000/v1"."""

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from servers import free_port
 
-from tokenrelay.backends.base import Event, TextDelta, TextRun
+from tokenrelay.backends.base import Event, Events, TextDelta, TextRun
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -181,8 +181,9 @@ def completion(prompt: Any = "Once", **fields: Any) -> CompletionRequest:
     return CompletionRequest.model_validate_json(json.dumps({"model": "m", "prompt": prompt, **fields}), strict=True)
 
 
-async def drain(events: AsyncIterator[Event]) -> list[Event]:
-    return [event async for event in events]
+async def drain(batches: AsyncIterator[Events]) -> list[Event]:
+    """Every event of a backend's answer, in order, however they were batched."""
+    return [event async for events in batches for event in events]
 
 
 def text_of(events: list[Event]) -> str:

@@ -1,13 +1,15 @@
 """The interface every backend implements, and the events it yields.
 
-A backend receives a validated protocol request and yields events; `tokenrelay.openai` renders the events into
-JSON or SSE for the client. Keeping the wire format out of backends is what lets the embedded engine and
+A backend receives a validated protocol request and yields its events in batches (`Events`): what one read
+from a node brought, or one step of the engine; `tokenrelay.openai` renders each batch into JSON or one SSE write
+for the client. Keeping the wire format out of backends is what lets the embedded engine and
 upstream nodes share one renderer, one ledger and one set of metrics.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -100,6 +102,18 @@ class Served:
 
 Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Served
 
+# The events that arrived together (one node read, one engine event), in order; never empty. A batch passes the
+# layers between backend and client once and reaches the client in one write.
+Events = list[Event]
+
+
+async def each_event(batches: AsyncIterator[Events]) -> AsyncIterator[Event]:
+    """The events of `batches` one by one, for consumers that do not care how they arrived."""
+    async with aclosing(batches):
+        async for events in batches:
+            for event in events:
+                yield event
+
 
 @dataclass(frozen=True, slots=True)
 class ModelCard:
@@ -117,9 +131,9 @@ class Backend(Protocol):
 
     def fingerprint(self) -> str: ...
 
-    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
+    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]: ...
 
-    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
+    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]: ...
 
     async def start(self) -> None: ...
 

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tokenrelay.backends.base import Event, Finish, Served, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.base import Event, Events, Finish, Served, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError
 
 if TYPE_CHECKING:
@@ -111,25 +111,27 @@ def _tokens_in(event: TextDelta | ToolCallDelta) -> int:
     return 1 if event.text else 0
 
 
-async def observed(events: AsyncIterator[Event], call: Call) -> AsyncIterator[Event]:
-    """Pass events through, recording them on `call`; however they end, the call then has its end time and
-    its usage (estimated where the backend reported none). Reporting it is the response's (`api.generation`)."""
+async def observed(batches: AsyncIterator[Events], call: Call) -> AsyncIterator[Events]:
+    """Pass a backend's batches through, recording their events on `call`; however they end, the call then
+    has its end time and its usage (estimated where the backend reported none). Reporting it is the
+    response's (`openai/serving.py`)."""
     try:
-        async for event in events:
-            call.saw(event)
-            yield event
+        async for events in batches:
+            for event in events:
+                call.saw(event)
+            yield events
     except BaseException as exc:
         record_failure(call, exc)
         raise
     finally:
         # Close the backend's generator first, so whatever it records on the way out (partial usage of a
         # cancelled generation) is on the call before the call is reported.
-        await aclose_quietly(events)
+        await aclose_quietly(batches)
         call.ended = time.monotonic()
         call.estimate_usage()
 
 
-async def aclose_quietly(events: AsyncIterator[Event]) -> None:
+async def aclose_quietly(events: AsyncIterator[object]) -> None:
     aclose = getattr(events, "aclose", None)
     if aclose is None:
         return

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokenrelay.backends.base import (
     DeltaFields,
     Event,
+    Events,
     Finish,
     TextDelta,
     TextRun,
@@ -16,6 +17,7 @@ from tokenrelay.backends.base import (
     ToolCallDelta,
     Usage,
 )
+from tokenrelay.calls.record import aclose_quietly
 
 # One stream chunk's body, before it is encoded and framed.
 Chunk = dict[str, Any]
@@ -122,8 +124,29 @@ class Collected:
         call.arguments += event.arguments
 
 
-async def collect(events: AsyncIterator[Event]) -> Collected:
+async def collect(batches: AsyncIterator[Events]) -> Collected:
     collected = Collected()
-    async for event in events:
-        collected.add(event)
+    async for events in batches:
+        for event in events:
+            collected.add(event)
     return collected
+
+
+async def chunk_batches(
+    batches: AsyncIterator[Events], render: Callable[[Event], list[Chunk]], opening: list[Chunk]
+) -> AsyncIterator[list[Chunk]]:
+    """The chunks of each batch that shows in the stream, batch by batch; closing this closes `batches`.
+
+    `opening` (chat's role chunks) goes out with the first chunks of content, not before, so that a request
+    the backend rejects (context too long, unsupported field) still gets a plain HTTP error."""
+    try:
+        async for events in batches:
+            chunks = [chunk for event in events for chunk in render(event)]
+            if chunks:
+                if opening:
+                    chunks, opening = opening + chunks, []
+                yield chunks
+        if opening:
+            yield opening  # the backend produced nothing to show
+    finally:
+        await aclose_quietly(batches)

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from tokenrelay.backends.base import Backend, Event
+from tokenrelay.backends.base import Backend, Events
 from tokenrelay.calls.record import Call, ClientGone, current_call, observed, record_failure
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.jsonbytes import dumps
@@ -34,9 +34,9 @@ class Endpoint(Protocol):
 
     def meta_extra(self, body: Any) -> dict[str, Any]: ...
 
-    def events(self, backend: Backend, body: Any, request_id: str) -> AsyncIterator[Event]: ...
+    def events(self, backend: Backend, body: Any, request_id: str) -> AsyncIterator[Events]: ...
 
-    def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Event]) -> AsyncIterator[list[Chunk]]: ...
+    def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Events]) -> AsyncIterator[list[Chunk]]: ...
 
     def body(self, body: Any, meta: ResponseMeta, collected: Collected) -> dict[str, Any]: ...
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from event_loops import ON_BOTH_LOOPS
 
-from tokenrelay.backends.base import Event, TextDelta
+from tokenrelay.backends.base import Events, TextDelta
 from tokenrelay.calls.record import ClientGone
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.disconnect import cancel_on_disconnect
@@ -104,11 +104,11 @@ async def test_a_client_leaving_mid_stream_cancels_the_generation_and_reports_on
     peer, outcome = Peer(), []
     reports: list[list[str]] = []
 
-    async def engine() -> AsyncIterator[Event]:
+    async def engine() -> AsyncIterator[Events]:
         try:
-            yield TextDelta(0, "one")
+            yield [TextDelta(0, "one")]
             await asyncio.sleep(10)  # generating the next token when the client leaves
-            yield TextDelta(0, " two")
+            yield [TextDelta(0, " two")]
         except asyncio.CancelledError:
             outcome.append("cancelled")
             raise
@@ -132,10 +132,10 @@ async def test_a_client_leaving_while_a_write_waits_closes_the_generation_before
     peer, closed = Peer(), []
     reports: list[list[str]] = []
 
-    async def engine() -> AsyncIterator[Event]:
+    async def engine() -> AsyncIterator[Events]:
         try:
             for word in ("one", " two"):
-                yield TextDelta(0, word)
+                yield [TextDelta(0, word)]
         finally:
             closed.append("closed")
 

@@ -18,7 +18,7 @@ from upstream_fakes import (
     usage_chunk,
 )
 
-from tokenrelay.backends.base import Event, Finish, TextDelta
+from tokenrelay.backends.base import Events, Finish, TextDelta
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.render import ResponseMeta
 from tokenrelay.openai.serving import streamed
@@ -29,7 +29,7 @@ nodes = nodes_fixture()
 META = ResponseMeta(id="chatcmpl-1", created=0, model="m", system_fingerprint="fp", choices=1)
 
 
-async def writes_of(events: AsyncIterator[Event]) -> list[list[bytes]]:
+async def writes_of(events: AsyncIterator[Events]) -> list[list[bytes]]:
     """Serve the events as an SSE response; the frames of each body message, in order, but for the empty
     one that ends the body. The call is reported once, after the last body message."""
     bodies: list[dict[str, Any]] = []
@@ -64,10 +64,10 @@ async def test_the_texts_of_one_read_from_a_node_are_one_write(nodes: FakeNodes)
     second = sse(chunk("c"), chunk(finish="stop"), usage_chunk(3, 3))
     nodes.on("a", Stream([first, second], pause=0.1).respond)
     writes = await writes_of(nodes.backend("a").chat(chat(stream=True), "rid"))
-    assert [len(w) for w in writes] == [3, 1, 1, 1], writes  # the usage is not asked for: no write of its own
+    assert [len(w) for w in writes] == [3, 2, 1], writes  # the usage is not asked for: no write of its own
     opening, a, b = writes[0]
     assert '"role":"assistant"' in content(opening) and '"content":"a"' in content(a) and '"content":"b"' in content(b)
-    (c,), (finish,), (end,) = writes[1:]
+    (c, finish), (end,) = writes[1:]
     assert '"content":"c"' in content(c) and '"finish_reason":"stop"' in content(finish) and end == b"data: [DONE]\n\n"
 
 
@@ -81,10 +81,10 @@ async def test_a_node_sending_chunk_by_chunk_gets_a_write_per_chunk(nodes: FakeN
 
 
 async def test_an_engine_producing_a_token_at_a_time_gets_a_write_per_token() -> None:
-    async def engine() -> AsyncIterator[Event]:
+    async def engine() -> AsyncIterator[Events]:
         for word in ("one", " two"):
-            yield TextDelta(0, word)
-        yield Finish(0, "stop")
+            yield [TextDelta(0, word)]
+        yield [Finish(0, "stop")]
 
     writes = await writes_of(engine())
     assert [len(w) for w in writes] == [2, 1, 1, 1]  # the opening with "one", " two", the finish, [DONE]
@@ -95,11 +95,11 @@ async def test_a_stream_is_reported_once_after_its_last_write_or_when_the_client
     call reported, once, with the events closed first (so the call has everything they recorded)."""
     closed: list[bool] = []
 
-    async def engine() -> AsyncIterator[Event]:
+    async def engine() -> AsyncIterator[Events]:
         try:
             for word in ("one", " two", " three"):
-                yield TextDelta(0, word)
-            yield Finish(0, "stop")
+                yield [TextDelta(0, word)]
+            yield [Finish(0, "stop")]
         finally:
             closed.append(True)
 

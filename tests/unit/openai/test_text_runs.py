@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from event_loops import on_both_loops
 
-from tokenrelay.backends.base import Event, Finish, Served, TextDelta, TextRun, TokenLogprob, Usage
+from tokenrelay.backends.base import Event, Events, Finish, Served, TextDelta, TextRun, TokenLogprob, Usage
 from tokenrelay.backends.upstream.wire import coalesced
 from tokenrelay.calls.record import Call
 from tokenrelay.openai.chat.render import ChatChunker
@@ -58,11 +58,11 @@ def test_a_text_orjson_refuses_is_written_escaped() -> None:
 
 @on_both_loops
 async def test_the_chat_role_chunks_go_out_with_the_first_content_and_silent_events_make_no_piece() -> None:
-    async def events() -> AsyncIterator[Event]:
-        yield Served("node-a", "upstream")  # shows nothing in the stream
-        yield TextRun(0, ["a", "b"])
-        yield Usage(1, 2)  # not asked for in the stream: no chunks
-        yield Finish(0, "stop")
+    async def events() -> AsyncIterator[Events]:
+        yield [Served("node-a", "upstream")]  # shows nothing in the stream
+        yield [TextRun(0, ["a", "b"])]
+        yield [Usage(1, 2)]  # not asked for in the stream: no chunks
+        yield [Finish(0, "stop")]
 
     chunker = ChatChunker(meta(choices=1), want_logprobs=False)
     pieces = [piece async for piece in chunker.chunks(events())]

@@ -13,7 +13,7 @@ from pathlib import Path
 import llama_cpp
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Event, ModelCard, TextDelta, TokenLogprob, Usage
+from tokenrelay.backends.base import Event, Events, ModelCard, TextDelta, TokenLogprob, Usage
 from tokenrelay.backends.llamacpp import prompts
 from tokenrelay.backends.llamacpp.choices import Candidate, PromptRun, partial_usage, translate
 from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
@@ -168,9 +168,9 @@ class LlamaCppBackend:
         return self.scheduler.context.n_ctx_seq
 
     # Requests -----------------------------------------------------------------------------------
-    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
+    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
         prompts.reject_media(request)
-        return self._chat(request)
+        return one_by_one(self._chat(request))
 
     async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:
         # Checking schemas and tools compiles grammars: milliseconds usually, up to a second for a huge schema,
@@ -190,7 +190,7 @@ class LlamaCppBackend:
             async for event in events:
                 yield event
 
-    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
+    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
         runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
         max_tokens = request.max_tokens if request.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
         for run in runs:
@@ -200,7 +200,9 @@ class LlamaCppBackend:
                 f"best_of may be at most {self.engine_settings.slots} for this model.", param="best_of"
             )
         prompt_logprobs = request.logprobs if request.echo and request.logprobs is not None else None
-        return self._generate(request, runs, max_tokens, request.logprobs, request.candidates, prompt_logprobs)
+        return one_by_one(
+            self._generate(request, runs, max_tokens, request.logprobs, request.candidates, prompt_logprobs)
+        )
 
     def _completion_run(self, request: CompletionRequest, prompt: str | list[int], first: int) -> PromptRun:
         if isinstance(prompt, str):
@@ -346,3 +348,10 @@ class LlamaCppBackend:
             placed.extend(offsets.feed(bytes(entry.bytes or []), entry).logprobs)
         placed.extend(offsets.flush().logprobs)
         return [TextDelta(plan.index, run.echo_text, placed) for plan in job.seqs]
+
+
+async def one_by_one(events: AsyncIterator[Event]) -> AsyncIterator[Events]:
+    """The engine's events as batches of one: it releases a token's events as soon as they are sampled."""
+    async with aclosing(events):
+        async for event in events:
+            yield [event]

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Event, ModelCard, Served
+from tokenrelay.backends.base import Events, ModelCard, Served
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
 from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text
@@ -92,10 +92,10 @@ class RoutedBackend:
     def fingerprint(self) -> str:
         return self._fingerprint
 
-    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
+    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
         return self._serve(request, request_id)
 
-    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]:
+    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
         return self._serve(request, request_id)
 
     async def start(self) -> None:
@@ -127,7 +127,7 @@ class RoutedBackend:
         return body
 
     # Routing and failover -----------------------------------------------------------------------
-    async def _serve(self, request: Request, request_id: str) -> AsyncIterator[Event]:
+    async def _serve(self, request: Request, request_id: str) -> AsyncIterator[Events]:
         affinity = self.routing.affinity
         key = prefix_key(prompt_text(request), affinity) if affinity.enabled else None
         failures: list[NodeFailure] = []
@@ -150,12 +150,10 @@ class RoutedBackend:
                         failures.append(exc)
                         continue
                     member.load.observe_latency(time.monotonic() - started)
-                    yield Served(member.name, member.kind)
-                    if first is not None:
-                        yield first
+                    yield [Served(member.name, member.kind), *first]
                     try:
-                        async for event in events:
-                            yield event
+                        async for batch in events:
+                            yield batch
                     except NodeFailure as exc:
                         self._failed(member, exc)
                         raise broken_stream(exc.reason) from None
@@ -164,9 +162,9 @@ class RoutedBackend:
                 await self._end(member)
         raise exhausted(failures)
 
-    async def _first(self, member: Member, events: AsyncIterator[Event]) -> Event | None:
+    async def _first(self, member: Member, events: AsyncIterator[Events]) -> Events:
         try:
-            first = await anext(events, None)
+            first = await anext(events, [])
         except NodeFailure as exc:
             self._failed(member, exc)
             raise

@@ -12,7 +12,7 @@ from contextlib import aclosing
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from tokenrelay.backends.base import Backend, Event
+from tokenrelay.backends.base import Backend, Events
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
 from tokenrelay.backends.upstream.client import TRANSPORTS, NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure
@@ -42,7 +42,7 @@ class Member(Protocol):
     last_error: str | None
     retired: bool
 
-    def events(self, request: Request, request_id: str) -> AsyncIterator[Event]: ...
+    def events(self, request: Request, request_id: str) -> AsyncIterator[Events]: ...
 
     async def close(self) -> None: ...
 
@@ -94,7 +94,7 @@ class Node:
         self.last_error: str | None = None
         self.retired = False
 
-    def events(self, request: Request, request_id: str) -> AsyncIterator[Event]:
+    def events(self, request: Request, request_id: str) -> AsyncIterator[Events]:
         exchange = self._exchange(request)
         headers = trace_headers(request_id)
         return relay(self.client, exchange, headers, self.routing.timeouts, Meter(request, self.counter))
@@ -141,15 +141,15 @@ class EmbeddedMember:
         self.last_error: str | None = None
         self.retired = False
 
-    async def events(self, request: Request, request_id: str) -> AsyncIterator[Event]:
+    async def events(self, request: Request, request_id: str) -> AsyncIterator[Events]:
         try:
             if isinstance(request, ChatCompletionRequest):
                 source = self.backend.chat(request, request_id)
             else:
                 source = self.backend.complete(request, request_id)
             async with aclosing(source):
-                async for event in source:
-                    yield event
+                async for events in source:
+                    yield events
         except Overloaded:
             # A full queue here is no reason to refuse the client while a node may have room.
             raise NodeFailure("engine busy", busy=True) from None

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokenrelay.backends.base import Event
+from tokenrelay.backends.base import Event, Events
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
 from tokenrelay.backends.upstream.metering import Meter
@@ -65,9 +65,9 @@ class Clock:
 
 async def relay(
     client: NodeClient, exchange: Exchange, headers: dict[str, str], timeouts: UpstreamTimeouts, meter: Meter
-) -> AsyncIterator[Event]:
-    """The node's events, read by read, with the usage last: the node's own, or `meter`'s estimate; also when
-    the node fails once some events have gone out (the ledger records what was sent)."""
+) -> AsyncIterator[Events]:
+    """The node's events, a batch per read, with the usage last: the node's own, or `meter`'s estimate; also
+    when the node fails once some events have gone out (the ledger records what was sent)."""
     clock = Clock(timeouts)
     payload = dumps(exchange.body)
     stage = clock.bound(clock.first_byte if exchange.stream else clock.overall, "waiting for the node")
@@ -79,25 +79,27 @@ async def relay(
             reads = StreamReads(exchange.parse, clock)
             while not reads.over:
                 events, failure = reads.feed(await _next_chunk(response, reads.stage))
-                for event in meter.passed(events):
+                passed = meter.passed(events)
+                if passed:
                     started = True
-                    yield event
+                    yield passed
                 if failure is not None:
                     raise failure
         else:  # a whole body, also when a node ignored `stream`
             body = await _read_json(response, clock.bound(clock.overall, "reading the answer"))
-            for event in meter.passed(_body_events(body, exchange.parse, "message")):
+            passed = meter.passed(_body_events(body, exchange.parse, "message"))
+            if passed:
                 started = True
-                yield event
+                yield passed
     except NodeFailure:
         if started:
-            yield meter.usage()
+            yield [meter.usage()]
         raise
     finally:
         # Back to the pool when read to the end; the connection of an answer left mid-way (client gone,
         # timeout, broken stream) is closed, which is also what tells the node to stop generating.
         response.release()
-    yield meter.usage()
+    yield [meter.usage()]
 
 
 async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str], stage: Stage) -> NodeReply:

@@ -5,9 +5,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TextRun, TokenLogprob, ToolCallDelta, Usage
-from tokenrelay.calls.record import aclose_quietly
-from tokenrelay.openai.render import ChoiceState, Chunk, Collected, ResponseMeta, chunk_body, usage_body
+from tokenrelay.backends.base import (
+    DeltaFields,
+    Event,
+    Events,
+    Finish,
+    TextDelta,
+    TextRun,
+    TokenLogprob,
+    ToolCallDelta,
+    Usage,
+)
+from tokenrelay.openai.render import ChoiceState, Chunk, Collected, ResponseMeta, chunk_batches, chunk_body, usage_body
 
 
 def logprob_content(items: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -113,20 +122,5 @@ class ChatChunker:
             call |= {"id": event.id, "type": "function"}
         return {"tool_calls": [call]}
 
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[list[Chunk]]:
-        """The chunks of each event that shows in the stream, event by event; closing this closes `events`.
-
-        The role chunks go out with the first chunks of content, not before, so that a request the backend
-        rejects (context too long, unsupported field) still gets a plain HTTP error."""
-        opening = self.opening()
-        try:
-            async for event in events:
-                chunks = self.event(event)
-                if chunks:
-                    if opening:
-                        chunks, opening = opening + chunks, []
-                    yield chunks
-            if opening:
-                yield opening  # the backend produced nothing to show
-        finally:
-            await aclose_quietly(events)
+    def chunks(self, batches: AsyncIterator[Events]) -> AsyncIterator[list[Chunk]]:
+        return chunk_batches(batches, self.event, self.opening())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Backend, Event
+from tokenrelay.backends.base import Backend, Events
 from tokenrelay.openai.chat.render import ChatChunker, chat_response
 from tokenrelay.openai.render import Chunk, Collected, ResponseMeta
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -26,11 +26,11 @@ class ChatEndpoint:
     def meta_extra(self, body: ChatCompletionRequest) -> dict[str, Any]:
         return {"service_tier": body.service_tier}
 
-    def events(self, backend: Backend, body: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]:
+    def events(self, backend: Backend, body: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
         return backend.chat(body, request_id)
 
     def chunks(
-        self, body: ChatCompletionRequest, meta: ResponseMeta, events: AsyncIterator[Event]
+        self, body: ChatCompletionRequest, meta: ResponseMeta, events: AsyncIterator[Events]
     ) -> AsyncIterator[list[Chunk]]:
         chunker = ChatChunker(meta, want_logprobs=bool(body.logprobs), legacy_functions=_legacy(body))
         return chunker.chunks(events)

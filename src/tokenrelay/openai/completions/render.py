@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, TokenLogprob, Usage
-from tokenrelay.calls.record import aclose_quietly
-from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, chunk_body, usage_body
+from tokenrelay.backends.base import Event, Events, Finish, TextDelta, TextRun, TokenLogprob, Usage
+from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, chunk_batches, chunk_body, usage_body
 
 
 def completion_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
@@ -70,12 +69,5 @@ class CompletionChunker:
         content = completion_logprobs(logprobs) if self.want_logprobs else None
         return self.chunk([{"index": index, "text": text, "logprobs": content, "finish_reason": None}])
 
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[list[Chunk]]:
-        """The chunks of each event that shows in the stream, event by event; closing this closes `events`."""
-        try:
-            async for event in events:
-                chunks = self.event(event)
-                if chunks:
-                    yield chunks
-        finally:
-            await aclose_quietly(events)
+    def chunks(self, batches: AsyncIterator[Events]) -> AsyncIterator[list[Chunk]]:
+        return chunk_batches(batches, self.event, [])

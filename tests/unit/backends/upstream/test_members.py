@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from upstream_fakes import ON_ASYNCIO, FakeNodes, answer, chat, chat_body, drain, nodes_fixture
 
-from tokenrelay.backends.base import Event, Finish, ModelCard, Served, TextDelta, Usage
+from tokenrelay.backends.base import Event, Events, Finish, ModelCard, Served, TextDelta, Usage
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.members import EmbeddedMember
 from tokenrelay.config import ModelSettings, RoutingSettings, Settings, UpstreamSettings
@@ -31,14 +31,14 @@ class Engine:
         self.started = False
         self.calls = 0
 
-    async def _answer(self) -> AsyncIterator[Event]:
+    async def _answer(self) -> AsyncIterator[Events]:
         self.calls += 1
         if self.refuse is not None:
             raise self.refuse
         for event in (TextDelta(0, "local"), Finish(0, "stop"), Usage(2, 1)):
-            yield event
+            yield [event]
 
-    def chat(self, request: object, request_id: str) -> AsyncIterator[Event]:
+    def chat(self, request: object, request_id: str) -> AsyncIterator[Events]:
         return self._answer()
 
     complete = chat

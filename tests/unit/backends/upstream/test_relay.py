@@ -219,8 +219,8 @@ async def test_error_event_after_the_first_chunk_ends_with_estimated_usage_then_
     backend = nodes.backend("a", "b")
     seen: list[object] = []
     with pytest.raises(UpstreamError, match="KV cache exhausted"):
-        async for event in backend.chat(chat(stream=True), "rid"):
-            seen.append(event)
+        async for events in backend.chat(chat(stream=True), "rid"):
+            seen.extend(events)
     assert texts(seen) == "partial answer"
     assert isinstance(seen[-1], Usage) and seen[-1].estimated and seen[-1].completion_tokens > 0
     assert nodes.hits("b") == 0  # the client had bytes already: no failover
@@ -259,5 +259,4 @@ async def test_completions_reach_the_completions_endpoint_with_token_prompts(nod
 
 
 async def _replay(events: list[object]):
-    for event in events:
-        yield event
+    yield events

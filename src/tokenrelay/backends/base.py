@@ -65,6 +65,7 @@ class ToolCallDelta:
 class Finish:
     index: int
     reason: str
+    stop_sequence: str | None = None  # which stop sequence ended the choice (reason "stop"), when known
 
 
 @dataclass(slots=True)
@@ -102,6 +103,14 @@ Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Ser
 
 
 @dataclass(frozen=True, slots=True)
+class PromptCount:
+    """How many tokens a request's prompt is; `estimated` when counted without the model's own template."""
+
+    tokens: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ModelCard:
     id: str
     owned_by: str
@@ -120,6 +129,8 @@ class Backend(Protocol):
     def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
+
+    async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount: ...
 
     async def start(self) -> None: ...
 

@@ -29,6 +29,6 @@ def scope_api_key(scope: Scope) -> str | None:
     """The key of a request to Anthropic's APIs: its `x-api-key` header (how Anthropic's clients send it), or
     else its bearer token."""
     for name, value in scope["headers"]:
-        if name == b"x-api-key":
-            return value.decode("latin-1").strip() or None
+        if name == b"x-api-key" and value.strip():
+            return value.decode("latin-1").strip()
     return scope_bearer_token(scope)

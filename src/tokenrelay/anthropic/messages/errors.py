@@ -56,10 +56,15 @@ def error_response(exc: APIError) -> JSONResponse:
 
 
 def invalid_body(exc: ValidationError) -> InvalidRequest:
-    """Pydantic's first complaint as one 400; a field this API does not know is named as such."""
-    first = exc.errors(include_url=False)[0]
-    if first.get("type") == "extra_forbidden":
-        # pydantic puts union member names (`list[...]`, `tagged-union[...]`) into `loc`; they are no field.
-        param = ".".join(str(part) for part in first.get("loc", ()) if "[" not in str(part))
+    """Pydantic's most specific complaint as one 400 naming the field; one this API does not know is named as such.
+
+    Of a union's complaints (content as a string, or as blocks) the deepest is the one about what was sent."""
+    errors = exc.errors(include_url=False)
+    worst = max(errors, key=lambda error: len(error.get("loc", ())))
+    if worst is errors[0] and worst.get("type") != "extra_forbidden":
+        return from_validation_error(exc)
+    # pydantic puts union member names (`list[...]`, `tagged-union[...]`) into `loc`; they are no field.
+    param = ".".join(str(part) for part in worst.get("loc", ()) if "[" not in str(part))
+    if worst.get("type") == "extra_forbidden":
         return InvalidRequest(f"`{param}`: this field is not supported.", param=param, code="unsupported_parameter")
-    return from_validation_error(exc)
+    return InvalidRequest(f"Invalid value at `{param}`: {worst.get('msg')}", param=param, code="invalid_value")

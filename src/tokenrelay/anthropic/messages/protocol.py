@@ -124,6 +124,7 @@ class CountTokensRequest(Strict):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: dict[str, Any] | None = None  # refused when set: no model here thinks (see `translate`)
+    cache_control: CacheControl = None
 
 
 class MessagesRequest(CountTokensRequest):

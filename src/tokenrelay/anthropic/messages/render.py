@@ -32,9 +32,13 @@ class MessageMeta:
     model: str
 
 
-def stop_reason(finish: str | None, stop_sequence: str | None) -> str:
+def stop_reason(finish: str | None, stop_sequence: str | None, called: bool) -> str:
+    """`called`: the answer holds tool calls, which is `tool_use` whatever the chat finish reason (a named
+    tool choice ends with "stop") unless the calls were cut short."""
     if stop_sequence is not None:
         return "stop_sequence"
+    if called and finish != "length":
+        return "tool_use"
     return STOP_REASONS.get(finish or "stop", "end_turn")
 
 
@@ -74,9 +78,8 @@ def message_body(meta: MessageMeta, collected: Collected) -> dict[str, Any]:
         content.append(
             {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": tool_input(call.arguments)}
         )
-    return _message(meta, content, stop_reason(state.finish_reason, state.stop_sequence), state.stop_sequence) | {
-        "usage": usage_body(collected.usage)
-    }
+    reason = stop_reason(state.finish_reason, state.stop_sequence, bool(state.tool_calls))
+    return _message(meta, content, reason, state.stop_sequence) | {"usage": usage_body(collected.usage)}
 
 
 def _message(meta: MessageMeta, content: list[dict[str, Any]], reason: str | None, stop: str | None) -> dict[str, Any]:
@@ -121,7 +124,8 @@ class MessageStreamer:
         return []
 
     def closing(self) -> list[Chunk]:
-        delta = {"stop_reason": stop_reason(self.finish, self.stop_sequence), "stop_sequence": self.stop_sequence}
+        reason = stop_reason(self.finish, self.stop_sequence, self.call is not None)
+        delta = {"stop_reason": reason, "stop_sequence": self.stop_sequence}
         return [
             *self._close(),
             {"type": "message_delta", "delta": delta, "usage": usage_body(self.usage)},

@@ -125,7 +125,7 @@ def _user(blocks: list[Block], index: int) -> list[dict[str, Any]]:
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block)}})
         elif isinstance(block, ToolResultBlock):
             if parts:
-                out.append({"role": "user", "content": parts})
+                out.append(_user_turn(parts))
                 parts = []
             text = (ERROR_MARK if block.is_error else "") + block.text()
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
@@ -134,8 +134,15 @@ def _user(blocks: list[Block], index: int) -> list[dict[str, Any]]:
                 "A user message cannot hold a `tool_use` block.", param=f"messages.{index}.content.{j}"
             )
     if parts:
-        out.append({"role": "user", "content": parts})
+        out.append(_user_turn(parts))
     return out
+
+
+def _user_turn(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Text alone as one string: many chat templates (and nodes) read `content` only as a string."""
+    if all(part["type"] == "text" for part in parts):
+        return {"role": "user", "content": "".join(part["text"] for part in parts)}
+    return {"role": "user", "content": parts}
 
 
 def _image_url(block: ImageBlock) -> str:

@@ -23,3 +23,12 @@ def bearer_of(header: str) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+def scope_api_key(scope: Scope) -> str | None:
+    """The key of a request to Anthropic's APIs: its `x-api-key` header (how Anthropic's clients send it), or
+    else its bearer token."""
+    for name, value in scope["headers"]:
+        if name == b"x-api-key" and value.strip():
+            return value.decode("latin-1").strip()
+    return scope_bearer_token(scope)

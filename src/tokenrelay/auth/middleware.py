@@ -20,11 +20,11 @@ def protected(path: str) -> bool:
     return path == PROTECTED or path.startswith(PROTECTED + "/") or path in ALSO_PROTECTED
 
 
-async def authenticate(scope: Scope) -> None:
-    """Put the caller's `Principal` in the request state; `APIError` (401, or 503) when there is none.
-    Shared by this middleware and the generation lane (`tokenrelay.openai.lane`)."""
+async def authenticate(scope: Scope, token: str | None) -> None:
+    """Put the caller of `token` (read from the request) in the request state as its `Principal`; `APIError`
+    (401, or 503) when there is none. Shared by this middleware and the generation lane (`tokenrelay.openai.lane`)."""
     verifier = scope["app"].state.services.verifier
-    principal = await verifier.authenticate(scope_bearer_token(scope))
+    principal = await verifier.authenticate(token)
     scope.setdefault("state", {})["principal"] = principal
 
 
@@ -37,7 +37,7 @@ class KeyAuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            await authenticate(scope)
+            await authenticate(scope, scope_bearer_token(scope))
         except APIError as exc:
             await error_response(exc)(scope, receive, send)
             return

@@ -67,6 +67,7 @@ class ToolCallDelta:
 class Finish:
     index: int
     reason: str
+    stop_sequence: str | None = None  # which stop sequence ended the choice (reason "stop"), when known
 
 
 @dataclass(slots=True)
@@ -116,6 +117,14 @@ async def each_event(batches: AsyncIterator[Events]) -> AsyncIterator[Event]:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptCount:
+    """How many tokens a request's prompt is; `estimated` when counted without the model's own template."""
+
+    tokens: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ModelCard:
     id: str
     owned_by: str
@@ -134,6 +143,8 @@ class Backend(Protocol):
     def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]: ...
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]: ...
+
+    async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount: ...
 
     async def start(self) -> None: ...
 

@@ -77,6 +77,7 @@ class ChoiceState:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     tool_calls: dict[int, ToolCallDelta] = field(default_factory=dict)
     finish_reason: str | None = None
+    stop_sequence: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def add_fields(self, fields: dict[str, Any]) -> None:
@@ -110,7 +111,8 @@ class Collected:
         elif isinstance(event, ToolCallDelta):
             self._add_tool_call(event)
         elif isinstance(event, Finish):
-            self.choice(event.index).finish_reason = event.reason
+            state = self.choice(event.index)
+            state.finish_reason, state.stop_sequence = event.reason, event.stop_sequence
         elif isinstance(event, Usage):
             self.usage = event
         elif isinstance(event, DeltaFields):

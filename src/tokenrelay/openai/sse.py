@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Protocol
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -28,20 +29,50 @@ def frames(chunks: list[Chunk]) -> bytes:
     return b"".join([frame(chunk) for chunk in chunks])
 
 
-async def stream_body(first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]]) -> AsyncGenerator[bytes, None]:
+class Framing(Protocol):
+    """How an API writes its stream: chunks as SSE messages, an error after the first byte, the end."""
+
+    def frames(self, chunks: list[Chunk]) -> bytes: ...
+
+    def error(self, exc: APIError) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+
+class OpenAIFraming:
+    """`data:` lines, the OpenAI error body as a data message, `[DONE]` last."""
+
+    def frames(self, chunks: list[Chunk]) -> bytes:
+        return frames(chunks)
+
+    def error(self, exc: APIError) -> bytes:
+        return frame(exc.body())
+
+    def end(self) -> bytes:
+        return DONE
+
+
+OPENAI = OpenAIFraming()
+
+
+async def stream_body(
+    first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]], framing: Framing = OPENAI
+) -> AsyncGenerator[bytes, None]:
     """The stream's body: the frames of each event as one piece, so one write. An error after the stream
-    started becomes one error event; `[DONE]` ends the stream either way."""
+    started becomes one error event; the framing's end (`[DONE]` for OpenAI) closes the stream either way."""
     if first is not None:
-        yield frames(first)
+        yield framing.frames(first)
     try:
         async for chunks in rest:
-            yield frames(chunks)
+            yield framing.frames(chunks)
     except APIError as exc:
-        yield frame(exc.body())
+        yield framing.error(exc)
     except Exception:
         log.exception("stream failed after the first byte")
-        yield frame(APIError("The server failed while streaming the response.").body())
-    yield DONE
+        yield framing.error(APIError("The server failed while streaming the response."))
+    end = framing.end()
+    if end:
+        yield end
 
 
 class EventStream(StreamingResponse):
@@ -52,8 +83,14 @@ class EventStream(StreamingResponse):
     group per response, far dearer on the hot path than the one listener task of `cancel_on_disconnect`,
     inside which this `__call__` runs Starlette's `stream_response`."""
 
-    def __init__(self, first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> None:
-        self.body_stream = stream_body(first, rest)
+    def __init__(
+        self,
+        first: list[Chunk] | None,
+        rest: AsyncIterator[list[Chunk]],
+        report: Callable[[], None],
+        framing: Framing = OPENAI,
+    ) -> None:
+        self.body_stream = stream_body(first, rest, framing)
         self.chunks = rest
         self.report = report
         super().__init__(self.body_stream, media_type="text/event-stream", headers=HEADERS)

@@ -39,6 +39,8 @@ class GenerationRequest(WireModel):
     stream_options: StreamOptions | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    # Not in the OpenAI API, but llama.cpp's and vLLM's servers take it (and Anthropic's Messages API has it).
+    top_k: Annotated[int, Field(ge=1)] | None = None
     user: str | None = None
 
     @field_validator("logit_bias")

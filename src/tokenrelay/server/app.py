@@ -15,6 +15,7 @@ from tokenrelay import __version__
 from tokenrelay.admin import metrics as metrics_route
 from tokenrelay.admin import nodes as admin_nodes
 from tokenrelay.admin import routes as admin_routes
+from tokenrelay.anthropic.messages import router as messages_router
 from tokenrelay.auth.middleware import KeyAuthMiddleware
 from tokenrelay.calls.request_ids import RequestIdMiddleware
 from tokenrelay.config import Settings
@@ -54,7 +55,7 @@ def create_app(settings: Settings) -> GenerationLane:
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app)
-    return GenerationLane(app)
+    return GenerationLane(app, messages_router.routes())
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -25,6 +25,7 @@ class Candidate:
 
     events: list[Event] = field(default_factory=list)
     finish: str | None = None
+    stop: str | None = None
     score: float = float("-inf")
 
 
@@ -47,10 +48,10 @@ def translate(event: object, run: PromptRun, pool: dict[int, Candidate], ranked:
     if isinstance(event, SeqFinished):
         if ranked:
             candidate = pool.setdefault(event.index, Candidate())
-            candidate.finish = event.reason
+            candidate.finish, candidate.stop = event.reason, event.stop
             candidate.score = event.mean_logprob if event.mean_logprob is not None else float("-inf")
             return []
-        return [Finish(run.first_index + event.index, event.reason)]
+        return [Finish(run.first_index + event.index, event.reason, event.stop)]
     if isinstance(event, JobDone) and ranked:
         return best_candidates(pool, run, n)
     return []
@@ -63,5 +64,5 @@ def best_candidates(pool: dict[int, Candidate], run: PromptRun, n: int) -> list[
     for choice, index in enumerate(order):
         for event in pool[index].events:
             out.append(TextDelta(run.first_index + choice, event.text, event.logprobs))
-        out.append(Finish(run.first_index + choice, pool[index].finish or "stop"))
+        out.append(Finish(run.first_index + choice, pool[index].finish or "stop", pool[index].stop))
     return out

@@ -13,7 +13,7 @@ from pathlib import Path
 import llama_cpp
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Event, Events, ModelCard, TextDelta, TokenLogprob, Usage
+from tokenrelay.backends.base import Event, Events, ModelCard, PromptCount, TextDelta, TokenLogprob, Usage
 from tokenrelay.backends.llamacpp import prompts
 from tokenrelay.backends.llamacpp.choices import Candidate, PromptRun, partial_usage, translate
 from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
@@ -22,7 +22,7 @@ from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
 from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
-from tokenrelay.backends.llamacpp.structured.plan import output_plan
+from tokenrelay.backends.llamacpp.structured.plan import OutputPlan, output_plan
 from tokenrelay.backends.llamacpp.structured.toolprompt import tool_prompt
 from tokenrelay.backends.llamacpp.structured.toolstream import tool_events
 from tokenrelay.backends.llamacpp.structured.vocabulary import GrammarVocabulary
@@ -172,12 +172,21 @@ class LlamaCppBackend:
         prompts.reject_media(request)
         return one_by_one(self._chat(request))
 
-    async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:
+    async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
+        """The tokens `chat(request)` would evaluate as its prompt: the same template, tools and tokenizer."""
+        prompts.reject_media(request)
+        tokens, _ = await self._chat_prompt(request)
+        return PromptCount(len(tokens))
+
+    async def _chat_prompt(self, request: ChatCompletionRequest) -> tuple[list[int], OutputPlan]:
         # Checking schemas and tools compiles grammars: milliseconds usually, up to a second for a huge schema,
         # so it runs off the event loop. Errors still come before the first event, so they stay plain 400s.
         output = await asyncio.to_thread(output_plan, request)
         messages, tools = tool_prompt(prompts.template_messages(request), output.tools, self.template.takes_tools)
-        tokens = prompts.chat_prompt(self.model, self.template, messages, tools)
+        return prompts.chat_prompt(self.model, self.template, messages, tools), output
+
+    async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:
+        tokens, output = await self._chat_prompt(request)
         limit = request.token_limit
         max_tokens = limit if limit is not None else self.n_ctx - len(tokens)
         self._check(request, len(tokens), max_tokens, "messages")
@@ -244,6 +253,7 @@ class LlamaCppBackend:
                 params=SamplingParams(
                     temperature=temperature,
                     top_p=1.0 if request.top_p is None else request.top_p,
+                    top_k=request.top_k or 0,
                     seed=derive_seed(request.seed, first_index + i),
                     presence_penalty=request.presence_penalty or 0.0,
                     frequency_penalty=request.frequency_penalty or 0.0,

@@ -35,6 +35,7 @@ class SeqFinished:
     index: int
     reason: str
     mean_logprob: float | None
+    stop: str | None = None  # the stop string that ended the sequence
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """Per-sequence sampling: logit bias and OpenAI penalties in NumPy, the draw in llama.cpp's sampler chain.
 
 Bias and penalties are applied to the context's logits row in place (sparse and cheap), then llama.cpp's
-chain (temperature → top-p → seeded draw, or greedy) picks the token. Logprobs are computed from that same
+chain (top-k → temperature → top-p → seeded draw, or greedy) picks the token. Logprobs are computed from that same
 modified row, so they describe the distribution the token was actually drawn from.
 """
 
@@ -31,6 +31,7 @@ def derive_seed(seed: int | None, index: int) -> int:
 class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k cut
     seed: int = 0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -93,6 +94,8 @@ class TokenSampler:
         if params.greedy:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
             return chain
+        if params.top_k > 0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
         if params.top_p < 1.0:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))

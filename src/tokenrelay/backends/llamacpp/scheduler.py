@@ -313,7 +313,7 @@ class Scheduler:
         released = seq.text.feed(self.model.piece(draw.token), entry)
         self._emit_text(seq, released)
         if released.stopped:
-            self._finish(slot, "stop", flush=False)
+            self._finish(slot, "stop", flush=False, stop=released.stop)
         elif seq.sampler.complete:  # the grammar's output is whole: nothing more may follow
             self._finish(slot, "stop")
         elif seq.generated >= seq.plan.max_tokens or len(slot.cache) + 1 > self.context.n_ctx_seq:
@@ -332,12 +332,12 @@ class Scheduler:
         if released.text or released.logprobs:
             self._sink(seq.job, TextDelta(seq.plan.index, released.text, released.logprobs))
 
-    def _finish(self, slot: Slot, reason: str, flush: bool = True) -> None:
+    def _finish(self, slot: Slot, reason: str, flush: bool = True, stop: str | None = None) -> None:
         seq = slot.seq
         if flush:
             self._emit_text(seq, seq.text.flush())
         mean = seq.score / seq.generated if seq.generated else None
-        self._sink(seq.job, SeqFinished(seq.plan.index, reason, mean))
+        self._sink(seq.job, SeqFinished(seq.plan.index, reason, mean, stop))
         self._release(slot)
         job = seq.job
         job.running -= 1

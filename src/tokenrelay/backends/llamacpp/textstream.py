@@ -28,6 +28,7 @@ class Released:
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     stopped: bool = False
+    stop: str | None = None  # the stop string that ended the text, when `stopped`
 
 
 class TextStream:
@@ -44,10 +45,11 @@ class TextStream:
         if entry is not None:
             self._entries.append(replace(entry, text_offset=self._released + len(self._pending)))
         self._pending += self._decoder.decode(piece)
-        cut = self._first_stop()
-        if cut is not None:
+        found = self._first_stop()
+        if found is not None:
+            cut, stop = found
             out = self._release(cut)
-            out.stopped = True
+            out.stopped, out.stop = True, stop
             self._pending = ""
             return out
         return self._release(len(self._pending) - self._held_back())
@@ -57,9 +59,13 @@ class TextStream:
         self._pending += self._decoder.decode(b"", final=True)
         return self._release(len(self._pending))
 
-    def _first_stop(self) -> int | None:
-        found = [i for i in (self._pending.find(s) for s in self._stops) if i >= 0]
-        return min(found) if found else None
+    def _first_stop(self) -> tuple[int, str] | None:
+        """Where the earliest stop string starts, and which it is (the first listed, when two start there)."""
+        found = [(i, n) for n, i in enumerate(self._pending.find(s) for s in self._stops) if i >= 0]
+        if not found:
+            return None
+        cut, number = min(found)
+        return cut, self._stops[number]
 
     def _held_back(self) -> int:
         return partial_match(self._pending, self._stops)

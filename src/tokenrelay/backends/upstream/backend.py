@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Events, ModelCard, Served
+from tokenrelay.backends.base import Events, ModelCard, PromptCount, Served
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
-from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text
+from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text, prompt_tokens
 from tokenrelay.backends.upstream.router import choose, prefix_key
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import APIError
@@ -97,6 +97,13 @@ class RoutedBackend:
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
         return self._serve(request, request_id)
+
+    async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
+        """Exact with an embedded engine (the same model); otherwise the ledger's estimate for a node that
+        reports no usage, since a node's template and tokenizer are not known here."""
+        if self.embedded is not None:
+            return await self.embedded.backend.count_chat_prompt(request)
+        return PromptCount(prompt_tokens(request, self.counter), estimated=True)
 
     async def start(self) -> None:
         if self.embedded is not None and not self.embedded.backend.ready():

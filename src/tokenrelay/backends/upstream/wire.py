@@ -44,8 +44,14 @@ def chat_events(body: dict[str, Any], key: str) -> list[Event]:
             if extras:
                 events.append(DeltaFields(index, extras))
         if choice.get("finish_reason"):
-            events.append(Finish(index, str(choice["finish_reason"])))
+            events.append(Finish(index, str(choice["finish_reason"]), _stop_sequence(choice)))
     return events
+
+
+def _stop_sequence(choice: dict[str, Any]) -> str | None:
+    # vLLM's `stop_reason` (tokenrelay sends it too): the stop string that matched; a token id or null otherwise.
+    stop = choice.get("stop_reason")
+    return stop if isinstance(stop, str) else None
 
 
 def completion_events(body: dict[str, Any]) -> list[Event]:

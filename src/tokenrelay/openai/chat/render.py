@@ -48,20 +48,25 @@ def _message(state: ChoiceState, legacy_functions: bool) -> dict[str, Any]:
     return message | state.extras
 
 
+def _stop_reason(stop: str | None) -> dict[str, Any]:
+    """vLLM's `stop_reason` (not in the OpenAI API): which stop sequence ended a choice, sent only when one did.
+    A gateway in front of this server reads it to say exactly which one matched (Anthropic's `stop_sequence`)."""
+    return {} if stop is None else {"stop_reason": stop}
+
+
 def chat_response(
     collected: Collected, meta: ResponseMeta, *, want_logprobs: bool, legacy_functions: bool = False
 ) -> dict[str, Any]:
     choices = []
     for index in range(meta.choices):
         state = collected.choice(index)
-        choices.append(
-            {
-                "index": index,
-                "message": _message(state, legacy_functions),
-                "logprobs": {"content": logprob_content(state.logprobs), "refusal": None} if want_logprobs else None,
-                "finish_reason": state.finish_reason,
-            }
-        )
+        choice = {
+            "index": index,
+            "message": _message(state, legacy_functions),
+            "logprobs": {"content": logprob_content(state.logprobs), "refusal": None} if want_logprobs else None,
+            "finish_reason": state.finish_reason,
+        }
+        choices.append(choice | _stop_reason(state.stop_sequence))
     return {
         "id": meta.id,
         "object": "chat.completion",
@@ -100,7 +105,8 @@ class ChatChunker:
         if isinstance(event, ToolCallDelta):
             return [self.chunk([self._choice(event.index, self._tool_delta(event))])]
         if isinstance(event, Finish):
-            return [self.chunk([self._choice(event.index, {}, finish_reason=event.reason)])]
+            extra = _stop_reason(event.stop_sequence)
+            return [self.chunk([self._choice(event.index, {}, finish_reason=event.reason, **extra)])]
         if isinstance(event, Usage) and self.meta.include_usage:
             return [self.chunk([], usage_body(event))]
         if isinstance(event, DeltaFields):

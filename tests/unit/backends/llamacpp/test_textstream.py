@@ -64,3 +64,18 @@ def test_multibyte_character_split_over_tokens() -> None:
 def test_earliest_of_several_stops_wins() -> None:
     text, _, stopped = feed_all(TextStream(["zz", "b"]), ["aaa bzz"])
     assert text == "aaa " and stopped
+
+
+def test_the_stop_that_matched_is_reported_the_earliest_one_first() -> None:
+    stream = TextStream(["tail", "lo", "Hel"])
+    out = stream.feed(b"Hello tail")
+    assert (out.text, out.stopped, out.stop) == ("", True, "Hel")
+    later = TextStream(["tail", "o w"])
+    first = later.feed(b"Hello wor")
+    assert (first.text, first.stopped, first.stop) == ("Hell", True, "o w")
+
+
+def test_no_stop_is_reported_when_none_matched() -> None:
+    stream = TextStream(["END"])
+    assert stream.feed(b"Hello").stop is None
+    assert stream.flush().stop is None

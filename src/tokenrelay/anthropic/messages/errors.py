@@ -1,0 +1,70 @@
+"""The APIError family in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}` and its statuses.
+
+The OpenAI endpoints keep their own shape; only the Messages routes render errors through here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.responses import JSONResponse
+
+from tokenrelay.errors import (
+    APIError,
+    AuthenticationError,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    QuotaExceeded,
+    RateLimited,
+    from_validation_error,
+)
+
+OVERLOADED_STATUS = 529  # Anthropic's status for "overloaded" (a full queue, no node free)
+
+
+def error_kind(exc: APIError) -> tuple[str, int]:
+    """Anthropic's error type and HTTP status for an error of the family."""
+    if isinstance(exc, AuthenticationError):
+        return "authentication_error", 401
+    if isinstance(exc, PermissionDenied):
+        return "permission_error", 403
+    if isinstance(exc, ModelNotFound | NotFound):
+        return "not_found_error", 404
+    if isinstance(exc, RateLimited | QuotaExceeded):
+        return "rate_limit_error", 429
+    if isinstance(exc, Overloaded):
+        return "overloaded_error", OVERLOADED_STATUS
+    if exc.status == 413:
+        return "request_too_large", 413
+    if exc.status >= 500:
+        return "api_error", exc.status
+    return "invalid_request_error", exc.status
+
+
+def error_body(exc: APIError) -> dict[str, Any]:
+    kind, _ = error_kind(exc)
+    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    _, status = error_kind(exc)
+    return JSONResponse(error_body(exc), status_code=status, headers=exc.headers)
+
+
+def invalid_body(exc: ValidationError) -> InvalidRequest:
+    """Pydantic's most specific complaint as one 400 naming the field; one this API does not know is named as such.
+
+    Of a union's complaints (content as a string, or as blocks) the deepest is the one about what was sent."""
+    errors = exc.errors(include_url=False)
+    worst = max(errors, key=lambda error: len(error.get("loc", ())))
+    if worst is errors[0] and worst.get("type") != "extra_forbidden":
+        return from_validation_error(exc)
+    # pydantic puts union member names (`list[...]`, `tagged-union[...]`) into `loc`; they are no field.
+    param = ".".join(str(part) for part in worst.get("loc", ()) if "[" not in str(part))
+    if worst.get("type") == "extra_forbidden":
+        return InvalidRequest(f"`{param}`: this field is not supported.", param=param, code="unsupported_parameter")
+    return InvalidRequest(f"Invalid value at `{param}`: {worst.get('msg')}", param=param, code="invalid_value")

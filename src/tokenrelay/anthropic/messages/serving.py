@@ -1,0 +1,74 @@
+"""What `/v1/messages` and `/v1/messages/count_tokens` do: a Messages request is translated into a chat
+request and served by the backend's `chat`, through the same call record, admission and report as chat
+completions (ledger rows carry the endpoint `messages`); the backend's events are rendered back.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tokenrelay.anthropic.messages.errors import invalid_body
+from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
+from tokenrelay.anthropic.messages.render import MessageMeta, MessageStreamer, message_body
+from tokenrelay.anthropic.messages.sse import MessagesFraming
+from tokenrelay.anthropic.messages.translate import to_chat
+from tokenrelay.calls.record import Call, observed
+from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
+from tokenrelay.openai.disconnect import cancel_on_disconnect
+from tokenrelay.openai.parsing import read_body
+from tokenrelay.openai.render import collect
+from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
+
+ENDPOINT = "messages"  # the ledger's, the metrics' and the request log's name for these calls
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def create_message(request: Request) -> Response:
+    return await run_call(request, ENDPOINT, _create)
+
+
+async def _create(request: Request, call: Call, services: Any) -> Response:
+    body = await parse(request, MessagesRequest)
+    chat = to_chat(body, stream=bool(body.stream))
+    call.model, call.streamed, call.user = body.model, bool(body.stream), chat.user
+    backend = await services.admit(call, chat)
+    call.backend = backend.kind
+    meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
+    events = observed(backend.chat(chat, call.request_id), call)
+    report = functools.partial(services.end_call, call)
+    if body.stream:
+        return await streamed(MessageStreamer(meta).chunks(events), report, MessagesFraming())
+    with cancel_on_disconnect(request.receive):
+        collected = await collect(events)
+    return ReportedResponse(message_body(meta, collected), report=report)
+
+
+async def count_tokens(request: Request) -> Response:
+    """The prompt the same `messages` would evaluate; exact on the embedded engine, estimated for a model
+    served by nodes alone. Nothing is generated, so nothing is admitted against limits or recorded."""
+    principal = request.scope.get("state", {}).get("principal")
+    if principal is None:  # the lane authenticates first; never answer a request it did not see
+        raise AuthenticationError("This request was not authenticated.")
+    body = await parse(request, CountTokensRequest)
+    chat = to_chat(body)
+    if not principal.may_use(body.model):
+        raise ModelNotFound(body.model)
+    backend = await request.app.state.services.backend(body.model)
+    count = await backend.count_chat_prompt(chat)
+    return JSONResponse({"input_tokens": count.tokens})
+
+
+async def parse(request: Request, model: type[Body]) -> Body:
+    raw = await read_body(request.receive)
+    if not raw.strip():
+        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
+    try:
+        return model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        raise invalid_body(exc) from None

@@ -1,0 +1,172 @@
+"""A Messages request → the `ChatCompletionRequest` every backend serves.
+
+Blocks become chat messages: text and images a user turn's parts, `tool_use` an assistant turn's `tool_calls`
+(arguments as JSON text), each `tool_result` a `tool` message (in the block's place, so the order the model
+reads is the order sent). Tools become chat function tools, so the engine's structured tool-call path (and a
+node's own) constrains their arguments exactly as for chat.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from tokenrelay.anthropic.messages.errors import invalid_body
+from tokenrelay.anthropic.messages.protocol import (
+    Block,
+    CountTokensRequest,
+    ImageBlock,
+    Message,
+    MessagesRequest,
+    TextBlock,
+    ToolChoiceAny,
+    ToolChoiceNone,
+    ToolChoiceTool,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from tokenrelay.errors import InvalidRequest
+from tokenrelay.protocol.chat import ChatCompletionRequest
+
+# What a failed tool's result is marked with, since chat's `tool` message has no error flag.
+ERROR_MARK = "Error: "
+
+
+def to_chat(request: CountTokensRequest, *, stream: bool = False) -> ChatCompletionRequest:
+    """The chat request the Messages request stands for (a count_tokens body has no sampling fields)."""
+    _check_supported(request)
+    body: dict[str, Any] = {"model": request.model, "messages": _system(request.system) + _messages(request.messages)}
+    if request.tools:
+        body["tools"] = [_tool(tool) for tool in request.tools]
+    if request.tool_choice is not None:
+        body |= _tool_choice(request.tool_choice, bool(request.tools))
+    if isinstance(request, MessagesRequest):
+        body |= _sampling(request, stream)
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_body(exc) from None
+
+
+def _check_supported(request: CountTokensRequest) -> None:
+    if request.thinking is not None:
+        raise InvalidRequest(
+            "`thinking` is not supported: this model has no extended thinking.",
+            param="thinking",
+            code="unsupported_parameter",
+        )
+    last = request.messages[-1]
+    if last.role == "assistant":
+        # Chat templates open a new assistant turn after the messages; continuing one is not expressible.
+        raise InvalidRequest(
+            "The last message must be a user message: continuing an assistant message (prefill) is not supported.",
+            param=f"messages.{len(request.messages) - 1}.role",
+        )
+
+
+def _sampling(request: MessagesRequest, stream: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {"max_tokens": request.max_tokens, "stream": stream}
+    if request.stop_sequences:
+        fields["stop"] = list(request.stop_sequences)
+    for name in ("temperature", "top_p", "top_k"):
+        value = getattr(request, name)
+        if value is not None:
+            fields[name] = value
+    if request.metadata is not None and request.metadata.user_id is not None:
+        fields["user"] = request.metadata.user_id
+    return fields
+
+
+def _system(system: str | list[TextBlock] | None) -> list[dict[str, Any]]:
+    if system is None:
+        return []
+    text = system if isinstance(system, str) else "".join(block.text for block in system)
+    return [{"role": "system", "content": text}]
+
+
+def _messages(messages: list[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        if message.role == "assistant":
+            out.append(_assistant(message.blocks(), i))
+        else:
+            out.extend(_user(message.blocks(), i))
+    return out
+
+
+def _assistant(blocks: list[Block], index: int) -> dict[str, Any]:
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        if isinstance(block, TextBlock):
+            text.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            arguments = json.dumps(block.input, ensure_ascii=False)
+            calls.append({"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}})
+        else:
+            raise InvalidRequest(
+                f"An assistant message cannot hold a `{block.type}` block.", param=f"messages.{index}.content.{j}"
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _user(blocks: list[Block], index: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        if isinstance(block, TextBlock):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block)}})
+        elif isinstance(block, ToolResultBlock):
+            if parts:
+                out.append(_user_turn(parts))
+                parts = []
+            text = (ERROR_MARK if block.is_error else "") + block.text()
+            out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
+        else:
+            raise InvalidRequest(
+                "A user message cannot hold a `tool_use` block.", param=f"messages.{index}.content.{j}"
+            )
+    if parts:
+        out.append(_user_turn(parts))
+    return out
+
+
+def _user_turn(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Text alone as one string: many chat templates (and nodes) read `content` only as a string."""
+    if all(part["type"] == "text" for part in parts):
+        return {"role": "user", "content": "".join(part["text"] for part in parts)}
+    return {"role": "user", "content": parts}
+
+
+def _image_url(block: ImageBlock) -> str:
+    source = block.source
+    if source.type == "url":
+        return source.url
+    return f"data:{source.media_type};base64,{source.data}"
+
+
+def _tool(tool: Any) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
+    if tool.description is not None:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: Any, has_tools: bool) -> dict[str, Any]:
+    if isinstance(choice, ToolChoiceNone):
+        return {"tool_choice": "none"} if has_tools else {}
+    fields: dict[str, Any] = {}
+    if getattr(choice, "disable_parallel_tool_use", None):
+        fields["parallel_tool_calls"] = False
+    if isinstance(choice, ToolChoiceAny):
+        return fields | {"tool_choice": "required"}
+    if isinstance(choice, ToolChoiceTool):
+        return fields | {"tool_choice": {"type": "function", "function": {"name": choice.name}}}
+    return fields | ({"tool_choice": "auto"} if has_tools else {})

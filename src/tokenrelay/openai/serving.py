@@ -1,10 +1,10 @@
-"""The flow both generation endpoints share: parse, route, run, observe, render as JSON or SSE."""
+"""The flow the generation endpoints share: parse, route, run, observe, render as JSON or SSE."""
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.background import BackgroundTask
@@ -19,7 +19,7 @@ from tokenrelay.jsonbytes import dumps
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import parse_body
 from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, collect
-from tokenrelay.openai.sse import EventStream
+from tokenrelay.openai.sse import CHAT_FRAMING, EventStream, Framing
 from tokenrelay.protocol.common import GenerationRequest
 
 
@@ -42,33 +42,22 @@ class Endpoint(Protocol):
 
 
 async def handle(request: Request, endpoint: Endpoint) -> Response:
+    return await run_call(request, endpoint.name, functools.partial(_generate, endpoint=endpoint))
+
+
+# What an endpoint does with a call once it is open: parse, admit, run the backend, answer.
+Respond = Callable[[Request, Any, Call], Awaitable[Response]]
+
+
+async def run_call(request: Request, name: str, respond: Respond) -> Response:
+    """One call of endpoint `name`: its record opened, `respond` run, and the call reported once however it
+    ended (a response reports its call itself once sent: see `ReportedResponse` and `EventStream`)."""
     services = request.app.state.services
-    call = Call(request_id=request_id_of(request.scope), endpoint=endpoint.name, model="")
+    call = Call(request_id=request_id_of(request.scope), endpoint=name, model="")
     current_call.set(call)
     services.begin_call(call, request)
     try:
-        body = await parse_body(request, endpoint.request_model, services.settings.max_n)
-        call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
-        backend = await services.admit(call, body)
-        call.backend = backend.kind
-        meta = ResponseMeta(
-            id=f"{endpoint.id_prefix}-{call.request_id}",
-            created=int(time.time()),
-            model=body.model,
-            system_fingerprint=backend.fingerprint(),
-            choices=endpoint.choices(body),
-            include_usage=body.include_usage,
-            **endpoint.meta_extra(body),
-        )
-        # A call is reported once its response is over, so its log line, metrics and ledger row follow the
-        # answer's last bytes rather than hold them up.
-        events = observed(endpoint.events(backend, body, call.request_id), call)
-        report = functools.partial(services.end_call, call)
-        if body.stream:
-            return await streamed(endpoint.chunks(body, meta, events), report)
-        with cancel_on_disconnect(request.receive):
-            collected = await collect(events)
-        return ReportedResponse(endpoint.body(body, meta, collected), report=report)
+        return await respond(request, services, call)
     except ClientGone as exc:
         record_failure(call, exc)
         services.end_call(call)
@@ -79,12 +68,39 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         raise
 
 
-async def streamed(chunks: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> Response:
+async def _generate(request: Request, services: Any, call: Call, *, endpoint: Endpoint) -> Response:
+    body = await parse_body(request, endpoint.request_model, services.settings.max_n)
+    call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
+    backend = await services.admit(call, body)
+    call.backend = backend.kind
+    meta = ResponseMeta(
+        id=f"{endpoint.id_prefix}-{call.request_id}",
+        created=int(time.time()),
+        model=body.model,
+        system_fingerprint=backend.fingerprint(),
+        choices=endpoint.choices(body),
+        include_usage=body.include_usage,
+        **endpoint.meta_extra(body),
+    )
+    # A call is reported once its response is over, so its log line, metrics and ledger row follow the
+    # answer's last bytes rather than hold them up.
+    events = observed(endpoint.events(backend, body, call.request_id), call)
+    report = functools.partial(services.end_call, call)
+    if body.stream:
+        return await streamed(endpoint.chunks(body, meta, events), report)
+    with cancel_on_disconnect(request.receive):
+        collected = await collect(events)
+    return ReportedResponse(endpoint.body(body, meta, collected), report=report)
+
+
+async def streamed(
+    chunks: AsyncIterator[list[Chunk]], report: Callable[[], None], framing: Framing = CHAT_FRAMING
+) -> Response:
     """The stream's response once its first chunks are in; `report` is called once the response is over.
     Errors raised before the first chunks (validation inside the backend, a full queue) keep their HTTP
-    status, and are the caller's to report; later ones become an SSE error event followed by [DONE]."""
+    status, and are the caller's to report; later ones become an SSE error event (and, for chat, [DONE])."""
     first = await anext(chunks, None)
-    return EventStream(first, chunks, report)
+    return EventStream(first, chunks, report, framing)
 
 
 class ReportedResponse(JSONResponse):

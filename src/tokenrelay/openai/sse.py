@@ -1,9 +1,13 @@
-"""Server-sent events: chunk dicts → `data:` frames, an error event after the first byte, always `[DONE]`."""
+"""Server-sent events: chunk dicts → frames, an error event after the first byte, then the stream's end.
+
+Chat and completions frame each chunk as one `data:` line and end with `data: [DONE]`; the Responses API
+names each event in an `event:` line and has no end marker (its renderer sends its own closing events)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -24,24 +28,45 @@ def frame(body: Chunk) -> bytes:
     return b"data: " + dumps(body) + b"\n\n"
 
 
-def frames(chunks: list[Chunk]) -> bytes:
-    return b"".join([frame(chunk) for chunk in chunks])
+def named_frame(body: Chunk) -> bytes:
+    """A frame that names its event (the payload's `type`), as the Responses API's streams do."""
+    return b"event: " + str(body.get("type", "error")).encode() + b"\ndata: " + dumps(body) + b"\n\n"
 
 
-async def stream_body(first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]]) -> AsyncGenerator[bytes, None]:
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How one API writes a chunk, and what ends its streams."""
+
+    frame: Callable[[Chunk], bytes]
+    end: bytes
+
+
+CHAT_FRAMING = Framing(frame, DONE)
+NAMED_FRAMING = Framing(named_frame, b"")
+
+
+def frames(chunks: list[Chunk], framing: Framing = CHAT_FRAMING) -> bytes:
+    write = framing.frame
+    return b"".join([write(chunk) for chunk in chunks])
+
+
+async def stream_body(
+    first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]], framing: Framing = CHAT_FRAMING
+) -> AsyncGenerator[bytes, None]:
     """The stream's body: the frames of each event as one piece, so one write. An error after the stream
-    started becomes one error event; `[DONE]` ends the stream either way."""
+    started becomes one error event; the framing's end (`[DONE]` for chat) closes the stream either way."""
     if first is not None:
-        yield frames(first)
+        yield frames(first, framing)
     try:
         async for chunks in rest:
-            yield frames(chunks)
+            yield frames(chunks, framing)
     except APIError as exc:
-        yield frame(exc.body())
+        yield framing.frame(exc.body())
     except Exception:
         log.exception("stream failed after the first byte")
-        yield frame(APIError("The server failed while streaming the response.").body())
-    yield DONE
+        yield framing.frame(APIError("The server failed while streaming the response.").body())
+    if framing.end:
+        yield framing.end
 
 
 class EventStream(StreamingResponse):
@@ -52,8 +77,14 @@ class EventStream(StreamingResponse):
     group per response, far dearer on the hot path than the one listener task of `cancel_on_disconnect`,
     inside which this `__call__` runs Starlette's `stream_response`."""
 
-    def __init__(self, first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> None:
-        self.body_stream = stream_body(first, rest)
+    def __init__(
+        self,
+        first: list[Chunk] | None,
+        rest: AsyncIterator[list[Chunk]],
+        report: Callable[[], None],
+        framing: Framing = CHAT_FRAMING,
+    ) -> None:
+        self.body_stream = stream_body(first, rest, framing)
         self.chunks = rest
         self.report = report
         super().__init__(self.body_stream, media_type="text/event-stream", headers=HEADERS)

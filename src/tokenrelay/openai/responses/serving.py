@@ -131,11 +131,13 @@ async def fitted(
     cannot hold loses its oldest items until it fits (the instructions stay); otherwise the error is a 400
     naming the input item it came from."""
     while True:
-        events = backend.chat(chat, request_id)
+        events: AsyncIterator[Event] | None = None
         try:
+            events = backend.chat(chat, request_id)  # some checks run here, before the generator starts
             first = await anext(events, None)
         except APIError as exc:
-            await aclose_quietly(events)
+            if events is not None:
+                await aclose_quietly(events)
             if exc.code != CONTEXT_FULL or body.truncation != "auto" or not conversation.drop_oldest():
                 raise translate.relocated(exc, conversation) from None
             log.debug("truncation auto: left out the oldest %d item(s)", conversation.dropped)

@@ -298,3 +298,15 @@ def test_the_route_is_in_the_openapi_document(deployment: Deployment) -> None:
         document = http.get("/openapi.json").json()
     schema = document["paths"]["/v1/responses"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "input" in schema["properties"] and "$defs" in schema
+
+
+def test_truncation_auto_leaves_out_the_oldest_items_that_do_not_fit(client: openai.OpenAI) -> None:
+    filler = "The quick brown fox jumps over the lazy dog. " * 25  # some 250 tokens
+    items = [{"role": "user", "content": f"Note {i}: {filler}"} for i in range(6)]
+    items.append({"role": "user", "content": "Say ok."})
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(input=items, **GREEDY)
+    assert caught.value.body["code"] == "context_length_exceeded" and caught.value.body["param"] == "input"
+    response = client.responses.create(input=items, truncation="auto", **GREEDY)
+    assert response.truncation == "auto" and response.output_text
+    assert response.usage is not None and response.usage.input_tokens + response.usage.output_tokens <= 1024

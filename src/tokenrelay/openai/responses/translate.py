@@ -200,20 +200,30 @@ def _chat_part(part: Item, where: str) -> Item:
     )
 
 
+# Chat parameters and what a Responses request calls them.
+CHAT_NAMES = {
+    "messages": "input",
+    "max_completion_tokens": "max_output_tokens",
+    "max_tokens": "max_output_tokens",
+    "response_format": "text.format",
+}
+
+
 def relocated(exc: APIError, conversation: Conversation) -> APIError:
-    """`exc` with a `param` about `messages.N...` put on the input item that message came from."""
+    """`exc` in the terms of the Responses request: a `param` about `messages.N...` is put on the input item
+    that message came from, and chat's parameter names become this API's."""
     param = exc.param or ""
     head, _, rest = param.partition(".")
     index, _, tail = rest.partition(".")
-    if head != "messages" or not index.isdigit() or int(index) >= len(conversation.origins):
+    terms = [(chat, name) for chat, name in CHAT_NAMES.items() if chat != "messages"]
+    if head == "messages" and index.isdigit() and int(index) < len(conversation.origins):
+        origin = conversation.origins[int(index)]
+        exc.param = f"{origin}.{tail}" if tail and origin.startswith("input") else origin
+        terms = [(f"messages.{index}", origin), (f"messages[{index}]", origin), ("image_url", "input_image"), *terms]
+    elif param in CHAT_NAMES:
+        exc.param = CHAT_NAMES[param]
+    else:
         return exc
-    origin = conversation.origins[int(index)]
-    exc.param = f"{origin}.{tail}" if tail and origin.startswith("input") else origin
-    # The message may name the chat message and its chat part type; say it in the terms of this request.
-    for chat_term, term in (
-        (f"messages.{index}", origin),
-        (f"messages[{index}]", origin),
-        ("image_url", "input_image"),
-    ):
+    for chat_term, term in terms:
         exc.message = exc.message.replace(chat_term, term)
     return exc

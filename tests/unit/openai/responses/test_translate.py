@@ -138,6 +138,10 @@ def test_a_chat_error_is_put_back_on_the_item_it_came_from() -> None:
     assert moved.param == "input.1.content" and moved.message == "input.1.content: no input_image here"
     assert translate.relocated(InvalidRequest("x", param="messages.1"), conversation).param == "previous_response_id"
     assert translate.relocated(InvalidRequest("x", param="messages.0"), conversation).param == "instructions"
+    too_long = translate.relocated(InvalidRequest("Lower max_tokens.", param="max_tokens"), conversation)
+    assert (too_long.param, too_long.message) == ("max_output_tokens", "Lower max_output_tokens.")
+    assert translate.relocated(InvalidRequest("x", param="messages"), conversation).param == "input"
+    assert translate.relocated(InvalidRequest("x", param="seed"), conversation).param == "seed"
 
 
 def test_dropping_the_oldest_items_keeps_calls_with_their_answers() -> None:

@@ -31,6 +31,7 @@ from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.openai.responses.stream import Payload, ResponseStream
 from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
 from tokenrelay.openai.sse import NAMED_FRAMING
+from tokenrelay.protocol.chat import ChatCompletionRequest
 
 log = logging.getLogger(__name__)
 
@@ -124,33 +125,41 @@ async def fitted(
     backend: Backend,
     body: ResponsesRequest,
     conversation: translate.Conversation,
-    chat: Any,
+    chat: ChatCompletionRequest,
     request_id: str,
 ) -> AsyncIterator[Event]:
     """The backend's events for the conversation. With `truncation: auto`, a conversation the model's context
     cannot hold loses its oldest items until it fits (the instructions stay); otherwise the error is a 400
     naming the input item it came from."""
     while True:
-        events: AsyncIterator[Event] | None = None
         try:
-            events = backend.chat(chat, request_id)  # some checks run here, before the generator starts
-            first = await anext(events, None)
+            events, first = await _started(backend, chat, request_id)
+            break
         except APIError as exc:
-            if events is not None:
-                await aclose_quietly(events)
             if exc.code != CONTEXT_FULL or body.truncation != "auto" or not conversation.drop_oldest():
                 raise translate.relocated(exc, conversation) from None
             log.debug("truncation auto: left out the oldest %d item(s)", conversation.dropped)
             chat = translate.chat_request(body, conversation)
-            continue
-        try:
-            if first is not None:
-                yield first
-            async for event in events:
-                yield event
-        finally:
-            await aclose_quietly(events)
-        return
+    try:
+        if first is not None:
+            yield first
+        async for event in events:
+            yield event
+    finally:
+        await aclose_quietly(events)
+
+
+async def _started(
+    backend: Backend, chat: ChatCompletionRequest, request_id: str
+) -> tuple[AsyncIterator[Event], Event | None]:
+    """The backend's events and the first of them: a request it refuses is refused by then (some checks run
+    when `chat` is called, the rest before the first event)."""
+    events = backend.chat(chat, request_id)
+    try:
+        return events, await anext(events, None)
+    except BaseException:
+        await aclose_quietly(events)
+        raise
 
 
 async def stream_payloads(

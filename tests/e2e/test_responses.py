@@ -211,13 +211,15 @@ def test_a_tool_round_trip(client: openai.OpenAI) -> None:
     assert calls and calls[0].name == "get_weather" and calls[0].id.startswith("fc_") and calls[0].call_id
     jsonschema.validate(json.loads(calls[0].arguments), WEATHER["parameters"])
     answer = {"type": "function_call_output", "call_id": calls[0].call_id, "output": '{"temperature_c": 21}'}
+    # The output items go back as the SDK returned them; then the same turn again, continued by id instead.
     second = client.responses.create(
-        input=[*question, *[c.model_dump(exclude_none=True) for c in calls], answer],
-        tools=[WEATHER],
-        tool_choice="none",
-        **GREEDY,
+        input=[*question, *first.output, answer], tools=[WEATHER], tool_choice="none", **GREEDY
     )
-    assert second.status in ("completed", "incomplete") and second.output[0].type == "message" and second.output_text
+    assert second.output[0].type == "message" and second.output_text
+    chained = client.responses.create(
+        input=[answer], previous_response_id=first.id, tools=[WEATHER], tool_choice="none", **GREEDY
+    )
+    assert chained.output_text == second.output_text
 
 
 def test_streamed_tool_calls_assemble(client: openai.OpenAI) -> None:

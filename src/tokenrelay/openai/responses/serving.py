@@ -48,14 +48,7 @@ async def _respond(request: Request, services: Any, call: Call) -> Response:
     body = parse(await read_body(request.receive))
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
     store: ResponseStore = services.responses
-    context: list[dict[str, Any]] = []
-    if body.previous_response_id is not None:
-        previous = await store.get(body.previous_response_id, call.key_id)
-        if previous is None:
-            raise NotFound(
-                f"No response with id '{body.previous_response_id}' was found.", param="previous_response_id"
-            )
-        context = previous.conversation
+    context = await _context(store, body, call.key_id)
     items = translate.input_items(body)
     conversation = translate.Conversation(context, items)
     chat = translate.chat_request(body, conversation)
@@ -71,6 +64,17 @@ async def _respond(request: Request, services: Any, call: Call) -> Response:
         response = collected_response(head, await collect(events))
     await save(response)
     return ReportedResponse(response, report=report)
+
+
+async def _context(store: ResponseStore, body: ResponsesRequest, key_id: str | None) -> list[dict[str, Any]]:
+    """The conversation `previous_response_id` continues (empty without one); a 404 when this key has no
+    such response (never made, made by another key, deleted or expired)."""
+    if body.previous_response_id is None:
+        return []
+    previous = await store.get(body.previous_response_id, key_id)
+    if previous is None:
+        raise NotFound(f"No response with id '{body.previous_response_id}' was found.", param="previous_response_id")
+    return previous.conversation
 
 
 def parse(raw: bytes) -> ResponsesRequest:

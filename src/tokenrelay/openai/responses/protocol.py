@@ -219,9 +219,11 @@ class ResponsesRequest(WireModel):
 
     @model_validator(mode="after")
     def _nothing_unserved(self) -> ResponsesRequest:
-        for name, value in (self.model_extra or {}).items():
-            if name not in UNSUPPORTED:
-                raise InvalidRequest(f"Unrecognized request argument supplied: {name}", param=name)
+        extra = self.model_extra or {}
+        unknown = [name for name in extra if name not in UNSUPPORTED]
+        if unknown:
+            raise InvalidRequest(f"Unrecognized request argument supplied: {', '.join(unknown)}", param=unknown[0])
+        for name, value in extra.items():
             if value not in (None, [], False):
                 raise InvalidRequest(
                     f"`{name}` is not supported by this server.", param=name, code="unsupported_parameter"

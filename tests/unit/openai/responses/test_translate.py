@@ -115,6 +115,12 @@ def test_what_cannot_be_served_is_a_400_naming_it(fields: dict[str, Any], param:
     assert (caught.value.status, caught.value.param) == (400, param)
 
 
+def test_every_unknown_field_is_named() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse(request(input="x", colour="red", size=3))
+    assert caught.value.param == "colour" and "colour, size" in caught.value.message
+
+
 def test_files_cannot_be_read_without_a_files_api() -> None:
     part = {"type": "input_image", "file_id": "file-1"}
     error = error_of(request(input=[{"role": "user", "content": [part]}]))

@@ -153,6 +153,17 @@ class AccountingSettings(BaseModel):
     )
 
 
+class ResponsesSettings(BaseModel):
+    """The Responses API's stored responses (`store: true`), kept in the same database as the usage ledger."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retention_days: float | None = Field(
+        default=30.0, gt=0, description="days a stored response is kept; null keeps them until deleted"
+    )
+    sweep_seconds: float = Field(default=3600.0, gt=0, description="seconds between removals of expired responses")
+
+
 class ModelSettings(BaseModel):
     """A model id clients use, served by a GGUF file in-process and/or by upstream nodes."""
 
@@ -211,6 +222,7 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=256, description="server processes sharing the port (upstream-only)")
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default models when none is configured."""

@@ -31,7 +31,7 @@ current_call: ContextVar[Call | None] = ContextVar("tokenrelay_current_call", de
 @dataclass
 class Call:
     request_id: str
-    endpoint: str  # "chat.completions" | "completions"
+    endpoint: str  # "chat.completions" | "completions" | "responses"
     model: str
     streamed: bool = False
     backend: str = ""

@@ -1,4 +1,5 @@
-"""Server-sent events: chunk dicts → `data:` frames, an error event after the first byte, always `[DONE]`."""
+"""Server-sent events: chunk dicts → frames (`data:` for chat and completions, `event:` + `data:` for the Responses
+and Messages APIs), an error event after the first byte, and the API's end marker."""
 
 from __future__ import annotations
 
@@ -53,6 +54,28 @@ class OpenAIFraming:
 
 
 OPENAI = OpenAIFraming()
+
+
+def named_frame(body: Chunk) -> bytes:
+    """A frame that names its event after the payload's `type`."""
+    return b"event: " + str(body["type"]).encode() + b"\ndata: " + dumps(body) + b"\n\n"
+
+
+class NamedFraming:
+    """`event:` + `data:` per payload, the API's own error payload after the first byte, no end marker (the
+    Responses and Messages APIs: their last event says the stream is over)."""
+
+    def __init__(self, error_body: Callable[[APIError], Chunk]) -> None:
+        self.error_body = error_body
+
+    def frames(self, chunks: list[Chunk]) -> bytes:
+        return b"".join([named_frame(chunk) for chunk in chunks])
+
+    def error(self, exc: APIError) -> bytes:
+        return named_frame(self.error_body(exc))
+
+    def end(self) -> bytes:
+        return b""
 
 
 async def stream_body(

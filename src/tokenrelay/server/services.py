@@ -24,6 +24,7 @@ from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.observability.metrics import Metrics
 from tokenrelay.observability.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.observability.requestlog import log_call
+from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
@@ -43,12 +44,14 @@ class Services:
     nodes: NodeSync = field(init=False)
     worker: int | None = field(init=False)  # this process's pid when it is one of several workers
     finished: FinishedCalls = field(init=False)
+    responses: ResponseStore = field(init=False)  # stored Responses API objects, beside the ledger
 
     def __post_init__(self) -> None:
         several = self.settings.workers > 1
         self.worker = os.getpid() if several else None
         self.metrics = Metrics(self.backend_statuses, shared_metrics_dir() if several else None)
         self.accounting = Accounting(self.settings)
+        self.responses = ResponseStore(self.accounting.engine, self.settings.responses)
         store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
         self.nodes = NodeSync(
             store, self.registry, self.settings, self.routed_backend, self.settings.routing.registry_sync_seconds
@@ -62,6 +65,7 @@ class Services:
     async def start(self) -> None:
         await self.accounting.start()
         await self.accounting.check_exposure()
+        self.responses.start()
         for model in self.settings.served_models():
             backend = self._backend_for(model)
             await backend.start()
@@ -117,6 +121,7 @@ class Services:
         await self.accounting.drain(timeout=5.0)
         self.finished.flush()  # what the calls that unwound during the drain left
         await self.nodes.close()
+        await self.responses.close()
         for backend in self.registry.all():
             await backend.close()
         await self.accounting.close()

@@ -107,3 +107,19 @@ registered_nodes = Table(
     Column("created_at", DateTime, nullable=False),
     Column("updated_at", DateTime, nullable=False),
 )
+
+# Responses API objects kept for `previous_response_id` and `GET /v1/responses/{id}` (`store: true`), visible
+# only to the key that made them. `context` is the conversation before this response's own input, flattened,
+# so a continuation needs one row however long its chain is (and outlives a deleted ancestor).
+responses = Table(
+    "responses",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("key_id", String(32), nullable=True),
+    Column("model", String(256), nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    Column("expires_at", DateTime, nullable=True, index=True),
+    Column("response", JSON, nullable=False),
+    Column("input_items", JSON, nullable=False),
+    Column("context", JSON, nullable=False),
+)

@@ -12,10 +12,9 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tokenrelay.anthropic.messages.errors import invalid_body
+from tokenrelay.anthropic.messages.errors import error_body, invalid_body
 from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
 from tokenrelay.anthropic.messages.render import MessageMeta, MessageStreamer, message_body
-from tokenrelay.anthropic.messages.sse import MessagesFraming
 from tokenrelay.anthropic.messages.translate import to_chat
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
@@ -23,6 +22,7 @@ from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import read_body
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
+from tokenrelay.openai.sse import NamedFraming
 
 ENDPOINT = "messages"  # the ledger's, the metrics' and the request log's name for these calls
 
@@ -43,7 +43,7 @@ async def _create(request: Request, call: Call, services: Any) -> Response:
     events = observed(backend.chat(chat, call.request_id), call)
     report = functools.partial(services.end_call, call)
     if body.stream:
-        return await streamed(MessageStreamer(meta).chunks(events), report, MessagesFraming())
+        return await streamed(MessageStreamer(meta).chunks(events), report, NamedFraming(error_body))
     with cancel_on_disconnect(request.receive):
         collected = await collect(events)
     return ReportedResponse(message_body(meta, collected), report=report)

@@ -1,0 +1,1 @@
+"""`/v1/responses`: OpenAI's Responses API, answered by translating to chat (see `serving.py`, `router.py`)."""

@@ -1,0 +1,150 @@
+"""Response objects (`object: "response"`) and their output items, as OpenAI's Responses API has them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tokenrelay.backends.base import Usage
+from tokenrelay.errors import APIError
+from tokenrelay.openai.render import Collected
+from tokenrelay.openai.responses.ids import new_id
+from tokenrelay.openai.responses.protocol import FunctionChoice, ResponsesRequest
+
+Item = dict[str, Any]
+# Chat finish reasons that leave a response incomplete, and the reason it then gives.
+INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHead:
+    """What a response is from its start: its id, its time and the request it answers."""
+
+    id: str
+    created_at: int
+    body: ResponsesRequest
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def outcome(finish_reason: str | None) -> tuple[str, str | None]:
+    """The response's status, and why it is incomplete (None when it is not)."""
+    reason = INCOMPLETE.get(finish_reason or "")
+    return ("incomplete", reason) if reason is not None else ("completed", None)
+
+
+def error_body(exc: APIError) -> dict[str, Any]:
+    return {"code": exc.code or exc.type, "message": exc.message}
+
+
+def response_object(
+    head: ResponseHead,
+    status: str,
+    output: list[Item],
+    usage: Usage | None = None,
+    *,
+    incomplete: str | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    body = head.body
+    return {
+        "id": head.id,
+        "object": "response",
+        "created_at": head.created_at,
+        "status": status,
+        "background": False,
+        "error": error,
+        "incomplete_details": {"reason": incomplete} if incomplete is not None else None,
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "max_tool_calls": None,
+        "model": body.model,
+        "output": output,
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "previous_response_id": body.previous_response_id,
+        "reasoning": {"effort": None, "summary": None},
+        "service_tier": "default",
+        "store": body.store is not False,
+        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "text": {"format": _format(body)},
+        "tool_choice": _tool_choice(body),
+        "tools": [tool.model_dump(mode="json") for tool in body.tools or []],
+        "top_logprobs": 0,
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "truncation": body.truncation or "disabled",
+        "usage": usage_body(usage) if usage is not None else None,
+        "user": body.user,
+        "metadata": body.metadata or {},
+    }
+
+
+def _format(body: ResponsesRequest) -> dict[str, Any]:
+    fmt = body.text.format if body.text is not None else None
+    return {"type": "text"} if fmt is None else fmt.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _tool_choice(body: ResponsesRequest) -> Any:
+    choice = body.tool_choice
+    if isinstance(choice, FunctionChoice):
+        return {"type": "function", "name": choice.name}
+    return choice or "auto"
+
+
+# Output items --------------------------------------------------------------------------------------
+def text_part(text: str) -> Item:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(item_id: str, status: str, parts: list[Item]) -> Item:
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": parts}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Item:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def collected_response(head: ResponseHead, collected: Collected) -> dict[str, Any]:
+    """The whole response for a non-streamed request: the answer's text as a message, then its calls."""
+    choice = collected.choice(0)
+    status, incomplete = outcome(choice.finish_reason)
+    item_status = "incomplete" if incomplete else "completed"
+    text = "".join(choice.text)
+    calls = [choice.tool_calls[i] for i in sorted(choice.tool_calls)]
+    output: list[Item] = []
+    if text or not calls:
+        output.append(message_item(new_id("msg"), item_status, [text_part(text)]))
+    for call in calls:
+        call_id = call.id or new_id("call")
+        output.append(function_call_item(new_id("fc"), call_id, call.name or "", call.arguments, item_status))
+    return response_object(head, status, output, collected.usage, incomplete=incomplete)
+
+
+def item_list(items: list[Item], *, limit: int, order: str, after: str | None) -> dict[str, Any]:
+    """One page of a response's input items as a list object (`after` is the last id of the previous page)."""
+    ordered = items if order == "asc" else items[::-1]
+    if after is not None:
+        ids = [item.get("id") for item in ordered]
+        ordered = ordered[ids.index(after) + 1 :] if after in ids else []
+    page = ordered[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(ordered) > limit,
+    }

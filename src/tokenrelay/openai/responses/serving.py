@@ -1,0 +1,198 @@
+"""`POST /v1/responses`: the request translated to chat, run through the same call flow, answered as a response.
+
+The call is the chat endpoints' (`openai.serving.run_call`): the same key checks, limits, budget, ledger row
+(endpoint `responses`), metrics and request log, and the same backend `chat(...)`, so upstream nodes that speak
+chat serve Responses clients too.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tokenrelay.backends.base import Backend, Events
+from tokenrelay.calls.record import Call, aclose_quietly, observed
+from tokenrelay.errors import APIError, InvalidRequest, NotFound, from_validation_error
+from tokenrelay.openai.disconnect import cancel_on_disconnect
+from tokenrelay.openai.parsing import read_body
+from tokenrelay.openai.render import collect
+from tokenrelay.openai.responses import translate
+from tokenrelay.openai.responses.ids import new_id
+from tokenrelay.openai.responses.protocol import UNION_TAGS, ResponsesRequest
+from tokenrelay.openai.responses.render import ResponseHead, collected_response
+from tokenrelay.openai.responses.store import ResponseStore
+from tokenrelay.openai.responses.stream import Payload, ResponseStream
+from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
+from tokenrelay.openai.sse import NamedFraming
+from tokenrelay.protocol.chat import ChatCompletionRequest
+
+log = logging.getLogger(__name__)
+
+ENDPOINT = "responses"
+CONTEXT_FULL = "context_length_exceeded"
+Save = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def create_response(request: Request) -> Response:
+    return await run_call(request, ENDPOINT, _respond)
+
+
+async def _respond(request: Request, call: Call, services: Any) -> Response:
+    body = parse(await read_body(request.receive))
+    call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
+    store: ResponseStore = services.responses
+    context = await _context(store, body, call.key_id)
+    items = translate.input_items(body)
+    conversation = translate.Conversation(context, items)
+    chat = translate.chat_request(body, conversation)
+    backend = await services.admit(call, chat)
+    call.backend = backend.kind
+    head = ResponseHead(new_id("resp"), int(time.time()), body)
+    save = functools.partial(_save, store, body, call.key_id, items, context)
+    events = observed(fitted(backend, body, conversation, chat, call.request_id), call)
+    report = functools.partial(services.end_call, call)
+    if body.stream:
+        return await streamed(stream_payloads(ResponseStream(head), events, save), report, NamedFraming(error_event))
+    with cancel_on_disconnect(request.receive):
+        response = collected_response(head, await collect(events))
+    await save(response)
+    return ReportedResponse(response, report=report)
+
+
+async def _context(store: ResponseStore, body: ResponsesRequest, key_id: str | None) -> list[dict[str, Any]]:
+    """The conversation `previous_response_id` continues (empty without one); a 404 when this key has no
+    such response (never made, made by another key, deleted or expired)."""
+    if body.previous_response_id is None:
+        return []
+    previous = await store.get(body.previous_response_id, key_id)
+    if previous is None:
+        raise NotFound(f"No response with id '{body.previous_response_id}' was found.", param="previous_response_id")
+    return previous.conversation
+
+
+def parse(raw: bytes) -> ResponsesRequest:
+    """The body, strictly validated; a complaint becomes one 400 whose `param` is the field's path."""
+    if not raw.strip():
+        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
+    try:
+        return ResponsesRequest.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: ValidationError) -> InvalidRequest:
+    """The deepest complaint (where `input` is neither a string nor a valid list, the list's item is the news),
+    an unknown field first among equals."""
+    errors = exc.errors(include_url=False)
+    if errors[0].get("type") == "json_invalid":
+        return from_validation_error(exc)
+    deepest = max(errors, key=lambda error: (len(error.get("loc", ())), error.get("type") == "extra_forbidden"))
+    param = _param(deepest.get("loc", ()))
+    where = f" at `{param}`" if param else ""
+    message = deepest.get("msg", "invalid value")
+    if deepest.get("type") == "extra_forbidden":
+        message = "this field is not part of the item"
+    return InvalidRequest(f"Invalid value{where}: {message}", param=param, code="invalid_value")
+
+
+def _param(loc: tuple[int | str, ...]) -> str | None:
+    """The field's path without the union tags pydantic puts in it (`list[...]`, a class name, an item type)."""
+    kept: list[str] = []
+    for i, part in enumerate(loc):
+        after_index = i > 0 and (isinstance(loc[i - 1], int) or loc[i - 1] == "format")
+        tag = isinstance(part, str) and ("[" in part or part[:1].isupper() or (after_index and part in UNION_TAGS))
+        if not tag:
+            kept.append(str(part))
+    return ".".join(kept) or None
+
+
+async def _save(
+    store: ResponseStore,
+    body: ResponsesRequest,
+    key_id: str | None,
+    items: list[dict[str, Any]],
+    context: list[dict[str, Any]],
+    response: dict[str, Any],
+) -> None:
+    if body.store is not False:
+        await store.put(response, key_id, items, context)
+
+
+async def fitted(
+    backend: Backend,
+    body: ResponsesRequest,
+    conversation: translate.Conversation,
+    chat: ChatCompletionRequest,
+    request_id: str,
+) -> AsyncIterator[Events]:
+    """The backend's batches of events for the conversation. With `truncation: auto`, a conversation the model's context
+    cannot hold loses its oldest items until it fits (the instructions stay); otherwise the error is a 400
+    naming the input item it came from."""
+    while True:
+        try:
+            events, first = await _started(backend, chat, request_id)
+            break
+        except APIError as exc:
+            if exc.code != CONTEXT_FULL or body.truncation != "auto" or not conversation.drop_oldest():
+                raise translate.relocated(exc, conversation) from None
+            log.debug("truncation auto: left out the oldest %d item(s)", conversation.dropped)
+            chat = translate.chat_request(body, conversation)
+    try:
+        if first is not None:
+            yield first
+        async for batch in events:
+            yield batch
+    finally:
+        await aclose_quietly(events)
+
+
+async def _started(
+    backend: Backend, chat: ChatCompletionRequest, request_id: str
+) -> tuple[AsyncIterator[Events], Events | None]:
+    """The backend's batches and the first of them: a request it refuses is refused by then (some checks run
+    when `chat` is called, the rest before the first event)."""
+    events = backend.chat(chat, request_id)
+    try:
+        return events, await anext(events, None)
+    except BaseException:
+        await aclose_quietly(events)
+        raise
+
+
+async def stream_payloads(
+    stream: ResponseStream, batches: AsyncIterator[Events], save: Save
+) -> AsyncIterator[list[Payload]]:
+    """The stream's payloads batch by batch. Failures before anything went out are raised (a plain HTTP error);
+    after that, an `error` event and `response.failed` end the stream."""
+    try:
+        async for events in batches:
+            payloads = [payload for event in events for payload in stream.event(event)]
+            if payloads:
+                yield payloads
+        response, closing = stream.final()
+    except APIError as exc:
+        if not stream.started:
+            raise
+        response, closing = stream.failed(exc)
+    except Exception:
+        if not stream.started:
+            raise
+        log.exception("a responses stream failed after the first byte")
+        response, closing = stream.failed(APIError("The server failed while streaming the response."))
+    finally:
+        await aclose_quietly(batches)
+    await save(response)  # before the last event, so a client that reads it can retrieve the response at once
+    yield closing
+
+
+def error_event(exc: APIError) -> Payload:
+    """The framing's error payload. `stream_payloads` turns failures after the first byte into numbered
+    `error` and `response.failed` events itself, so this is written only if that ever fails."""
+    return {"type": "error", "code": exc.code or exc.type, "message": exc.message, "param": exc.param}

@@ -1,0 +1,117 @@
+"""The Responses API in front of nodes that speak chat: another tokenrelay, and llama-cpp-python's own server.
+
+The gateway translates to chat for the node and the node's answer back into a response, streamed or not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+from accounting_support import sqlite_url
+from servers import SUPPORT, Server, free_port, shared_data_dir, start_server, wait_ready
+
+from tokenrelay.backends.llamacpp.default_model import smollm2_path
+
+CHAT_MODEL = "smollm2-135m-instruct"
+MODELS = ["via-tokenrelay", "via-llama"]
+
+
+@dataclass
+class Relay:
+    gateway: Server
+
+    def client(self) -> openai.OpenAI:
+        return self.gateway.client()
+
+
+def start_llama_node(tmp: Path) -> Server:
+    port = free_port()
+    log_path = tmp / f"llama-node-{port}.log"
+    command = [sys.executable, str(SUPPORT / "llama_cpp_node.py"), "--model", str(smollm2_path(shared_data_dir()))]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "1024"]
+    command += ["--model_alias", "smol-node"]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    return Server(process, port, log_path)
+
+
+def wait_models(server: Server, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"node exited early:\n{server.log()[-3000:]}")
+        try:
+            if httpx.get(f"{server.base_url}/v1/models", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"node did not start:\n{server.log()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    tmp = tmp_path_factory.mktemp("responses-relay")
+    node = start_server(tmp, "--slots", "2", "--threads", "1", wait=False)
+    llama = start_llama_node(tmp)
+    started = [node, llama]
+    try:
+        wait_ready(node)
+        wait_models(llama)
+        config = {
+            "routing": {"health": {"probe_interval": 0}},
+            "models": [
+                {"id": "via-tokenrelay", "upstreams": [{"url": f"{node.base_url}/v1", "model": CHAT_MODEL}]},
+                {"id": "via-llama", "upstreams": [{"url": f"{llama.base_url}/v1", "model": "smol-node"}]},
+            ],
+        }
+        path = tmp / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        gateway = start_server(tmp, "--config", str(path), "--database-url", sqlite_url(tmp))
+        started.append(gateway)
+        yield Relay(gateway)
+    finally:
+        for server in started:
+            server.stop()
+
+
+def body(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "input": "Say hello to Ada.", "instructions": "Be brief.", "temperature": 0} | {
+        "max_output_tokens": 12,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_node_that_speaks_chat_answers_a_response(relay: Relay, model: str) -> None:
+    client = relay.client()
+    response = client.responses.create(**body(model))
+    assert response.object == "response" and response.model == model and response.output_text.strip()
+    assert response.status in ("completed", "incomplete") and response.output[0].id.startswith("msg_")
+    assert response.usage is not None and response.usage.input_tokens > 0 and response.usage.output_tokens > 0
+    # Stored at the gateway, so a continuation works whatever the node keeps.
+    follow = client.responses.create(**body(model, input="And to Bob?", previous_response_id=response.id))
+    assert follow.previous_response_id == response.id and follow.output_text.strip()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_node_that_speaks_chat_streams_a_response(relay: Relay, model: str) -> None:
+    client = relay.client()
+    plain = client.responses.create(**body(model))
+    with client.responses.stream(**body(model)) as stream:
+        events = list(stream)
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == f"response.{plain.status}"
+    deltas = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert deltas == events[-1].response.output_text == plain.output_text
+    assert [event.sequence_number for event in events] == list(range(len(events)))

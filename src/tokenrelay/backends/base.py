@@ -11,8 +11,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
+from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,23 @@ class Served:
 Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Served
 
 
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(slots=True)
+class Embeddings:
+    """A backend's answer to an embedding request: one vector per input, in input order (the engine's are
+    L2-normalised; a node's are as the node sent them).
+
+    `prompt_tokens` is what the inputs cost (the node's count, or the engine's); `served_by` names the member
+    that answered, for backends that choose among members (as `Served` does for generation)."""
+
+    vectors: list[Vector]
+    prompt_tokens: int
+    estimated: bool = False
+    served_by: Served | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ModelCard:
     id: str
@@ -120,6 +141,8 @@ class Backend(Protocol):
     def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Event]: ...
+
+    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings: ...
 
     async def start(self) -> None: ...
 

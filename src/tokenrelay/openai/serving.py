@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.background import BackgroundTask
@@ -41,34 +41,18 @@ class Endpoint(Protocol):
     def body(self, body: Any, meta: ResponseMeta, collected: Collected) -> dict[str, Any]: ...
 
 
-async def handle(request: Request, endpoint: Endpoint) -> Response:
+Responder = Callable[[Request, Any, Call], Awaitable[Response]]  # (request, services, call) → response
+
+
+async def serve_call(request: Request, endpoint: str, respond: Responder) -> Response:
+    """Open the call's record for an authenticated request and answer it with `respond`; a call that fails
+    (or whose client left) before its response exists is recorded and reported here, once."""
     services = request.app.state.services
-    call = Call(request_id=request_id_of(request.scope), endpoint=endpoint.name, model="")
+    call = Call(request_id=request_id_of(request.scope), endpoint=endpoint, model="")
     current_call.set(call)
     services.begin_call(call, request)
     try:
-        body = await parse_body(request, endpoint.request_model, services.settings.max_n)
-        call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
-        backend = await services.admit(call, body)
-        call.backend = backend.kind
-        meta = ResponseMeta(
-            id=f"{endpoint.id_prefix}-{call.request_id}",
-            created=int(time.time()),
-            model=body.model,
-            system_fingerprint=backend.fingerprint(),
-            choices=endpoint.choices(body),
-            include_usage=body.include_usage,
-            **endpoint.meta_extra(body),
-        )
-        # A call is reported once its response is over, so its log line, metrics and ledger row follow the
-        # answer's last bytes rather than hold them up.
-        events = observed(endpoint.events(backend, body, call.request_id), call)
-        report = functools.partial(services.end_call, call)
-        if body.stream:
-            return await streamed(endpoint.chunks(body, meta, events), report)
-        with cancel_on_disconnect(request.receive):
-            collected = await collect(events)
-        return ReportedResponse(endpoint.body(body, meta, collected), report=report)
+        return await respond(request, services, call)
     except ClientGone as exc:
         record_failure(call, exc)
         services.end_call(call)
@@ -77,6 +61,35 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
         record_failure(call, exc)
         services.end_call(call)
         raise
+
+
+async def handle(request: Request, endpoint: Endpoint) -> Response:
+    return await serve_call(request, endpoint.name, functools.partial(_generate, endpoint))
+
+
+async def _generate(endpoint: Endpoint, request: Request, services: Any, call: Call) -> Response:
+    body = await parse_body(request, endpoint.request_model, services.settings.max_n)
+    call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
+    backend = await services.admit(call, body)
+    call.backend = backend.kind
+    meta = ResponseMeta(
+        id=f"{endpoint.id_prefix}-{call.request_id}",
+        created=int(time.time()),
+        model=body.model,
+        system_fingerprint=backend.fingerprint(),
+        choices=endpoint.choices(body),
+        include_usage=body.include_usage,
+        **endpoint.meta_extra(body),
+    )
+    # A call is reported once its response is over, so its log line, metrics and ledger row follow the
+    # answer's last bytes rather than hold them up.
+    events = observed(endpoint.events(backend, body, call.request_id), call)
+    report = functools.partial(services.end_call, call)
+    if body.stream:
+        return await streamed(endpoint.chunks(body, meta, events), report)
+    with cancel_on_disconnect(request.receive):
+        collected = await collect(events)
+    return ReportedResponse(endpoint.body(body, meta, collected), report=report)
 
 
 async def streamed(chunks: AsyncIterator[list[Chunk]], report: Callable[[], None]) -> Response:

@@ -21,6 +21,7 @@ from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
 from tokenrelay.openai import models, tokenize
+from tokenrelay.openai.embeddings import router as embeddings
 from tokenrelay.openai.lane import GenerationLane
 from tokenrelay.server.announce import announce
 from tokenrelay.server.gc_tuning import tune_garbage_collector
@@ -50,7 +51,7 @@ def create_app(settings: Settings) -> GenerationLane:
     )
     app.add_middleware(KeyAuthMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: auth errors carry X-Request-ID too
-    for module in (models, tokenize, metrics_route, admin_routes, admin_nodes):
+    for module in (models, tokenize, embeddings, metrics_route, admin_routes, admin_nodes):
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app)

@@ -26,16 +26,16 @@ class EmbeddingContext:
     def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
         self.model = model
         self.declared = declared_pooling(model)
-        # A GGUF that declares no pooling (the decoder models) is pooled here, as the mean of its token
-        # embeddings: llama.cpp's own mean is a matrix product over the whole batch, whose sums would depend on
-        # where the input sat in it.
-        pooling = Pooling.NONE if self.declared == Pooling.NONE else self.declared
+        # A GGUF that declares no pooling (the decoder models) keeps none here (UNSPECIFIED: the model's own), and
+        # is pooled in `embed` as the mean of its token embeddings: llama.cpp's own mean is a matrix product over
+        # the whole batch, whose sums would depend on where the input sat in it.
+        pooling = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED if self.declared == Pooling.NONE else int(self.declared)
         self.max_tokens = min(settings.ctx_per_slot, model.n_ctx_train)
         self.capacity = self.max_tokens
         self.sequences = settings.embedding_batch
         params = llama_cpp.llama_context_default_params()
         params.embeddings = True
-        params.pooling_type = int(pooling)
+        params.pooling_type = pooling
         params.n_ctx = self.capacity
         params.n_seq_max = self.sequences
         # One ubatch holds the whole batch: encoder models need it, and llama.cpp then never re-cuts a batch.

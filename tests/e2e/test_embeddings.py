@@ -25,6 +25,7 @@ import yaml
 from accounting_support import counters, ledger_rows, sqlite_url
 from openai import OpenAI
 from servers import SUPPORT, Server, free_port, shared_data_dir, start_server
+from tiny_bert import write_tiny_bert
 
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 
@@ -276,6 +277,36 @@ def test_ledger_rows_and_budgets_count_embedding_tokens(gateway: Gateway) -> Non
     used = sum(s.usage.prompt_tokens for s in served)
     state = counters(gateway.url, "emb-budget")
     assert state["budget_used"] == used and state["budget_reserved"] == 0
+    metrics = httpx.get(f"{gateway.server.base_url}/metrics", timeout=10).text
+    assert 'endpoint="embeddings"' in metrics and 'model="via-tokenrelay"' in metrics
     # A request whose worst case no longer fits the budget is refused before it runs.
     with pytest.raises(openai.RateLimitError):
         client.embeddings.create(model="via-tokenrelay", input="word " * 30)
+
+
+# An encoder embedding model ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("tiny-bert")
+    gguf = write_tiny_bert(tmp / "tiny-bert.gguf")
+    server = start_server(tmp, "--model", str(gguf), "--model-id", "tiny-bert", "--threads", "1")
+    yield server
+    server.stop()
+
+
+def test_an_encoder_model_embeds_with_its_declared_pooling_and_refuses_generation(bert: Server) -> None:
+    client = bert.client()
+    alone = [vectors(client, text, model="tiny-bert")[0] for text in TEXTS]
+    batch = vectors(client, TEXTS, model="tiny-bert")
+    assert all(len(v) == 64 and abs(float(np.linalg.norm(v.astype(np.float64))) - 1.0) < 1e-6 for v in alone)
+    # llama.cpp pools this model itself (it declares mean pooling): a matrix product over the whole batch, and
+    # the encoder's attention softmax runs over every input's tokens (masked), so a vector may differ from the
+    # input's vector alone in the last bits of its floats.
+    assert all(np.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(alone, batch, strict=True))
+    assert len({v.tobytes() for v in alone}) == len(TEXTS)
+    health = httpx.get(f"{bert.base_url}/health", timeout=10).json()["models"]["tiny-bert"]
+    assert (health["embeddings"], health["embedding_pooling"]) == (True, "mean")
+    body = bad_request(
+        lambda: client.chat.completions.create(model="tiny-bert", messages=[{"role": "user", "content": "hi"}])
+    )
+    assert body["param"] == "model"

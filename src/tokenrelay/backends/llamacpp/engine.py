@@ -97,6 +97,12 @@ class LlamaCppBackend:
             on_progress=progress.update,
             batch_invariant=self.engine_settings.batch_invariant,
         )
+        self.cpu = cpu_report(self.repacked, self.repack_verdict)
+        self.embeddings_only = is_encoder_only(model)
+        self.embedder = embedder_for(self.card.id, model, self.engine_settings) if self.embeddings else None
+        if self.embeddings_only:
+            self._loaded_for_embeddings(model)
+            return
         source, origin = template_for(model.architecture, model.chat_template, self.template_override)
         bos, eos = model.special("bos"), model.special("eos")
         self.template = ChatTemplate(
@@ -105,12 +111,6 @@ class LlamaCppBackend:
             bos_token=model.token_text(bos) if bos is not None else "",
             eos_token=model.token_text(eos) if eos is not None else "",
         )
-        self.cpu = cpu_report(self.repacked, self.repack_verdict)
-        self.embeddings_only = is_encoder_only(model)
-        self.embedder = embedder_for(self.card.id, model, self.engine_settings) if self.embeddings else None
-        if self.embeddings_only:
-            self._loaded_for_embeddings(model)
-            return
         self.scheduler = Scheduler(model, self.engine_settings)
         self.scheduler.start()
         self.vocabulary = GrammarVocabulary(model)

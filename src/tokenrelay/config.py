@@ -29,6 +29,9 @@ class EngineSettings(BaseModel):
         default=64, ge=8, le=4096, description="prompt tokens evaluated per step (and the prefix-reuse granularity)"
     )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
+    embedding_batch: int = Field(
+        default=64, ge=1, le=256, description="inputs embedded together in one decode (up to ctx_per_slot tokens)"
+    )
     batch_invariant: bool = Field(
         default=True,
         description="one matrix kernel for every batch shape (process-wide: the first model loaded decides)",
@@ -175,6 +178,11 @@ class ModelSettings(BaseModel):
     engine: EngineSettings | None = None
     upstreams: list[UpstreamSettings] = Field(default_factory=list)
     routing: RoutingSettings | None = None
+    embeddings: bool = Field(default=True, description="serve /v1/embeddings for this model")
+    embeddings_truncatable: bool = Field(
+        default=False,
+        description="its embeddings keep their meaning when cut short (Matryoshka training): allows `dimensions`",
+    )
 
     @property
     def embedded(self) -> bool:

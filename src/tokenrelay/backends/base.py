@@ -9,12 +9,15 @@ upstream nodes share one renderer, one ledger and one set of metrics.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
+from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,20 +111,29 @@ Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Ser
 Events = list[Event]
 
 
-async def each_event(batches: AsyncIterator[Events]) -> AsyncIterator[Event]:
-    """The events of `batches` one by one, for consumers that do not care how they arrived."""
-    async with aclosing(batches):
-        async for events in batches:
-            for event in events:
-                yield event
-
-
 @dataclass(frozen=True, slots=True)
 class PromptCount:
     """How many tokens a request's prompt is; `estimated` when counted without the model's own template."""
 
     tokens: int
     estimated: bool = False
+
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(slots=True)
+class Embeddings:
+    """A backend's answer to an embedding request: one vector per input, in input order (the engine's are
+    L2-normalised; a node's are as the node sent them).
+
+    `prompt_tokens` is what the inputs cost (the node's count, or the engine's); `served_by` names the member
+    that answered, for backends that choose among members (as `Served` does for generation)."""
+
+    vectors: list[Vector]
+    prompt_tokens: int
+    estimated: bool = False
+    served_by: Served | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +157,8 @@ class Backend(Protocol):
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]: ...
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount: ...
+
+    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings: ...
 
     async def start(self) -> None: ...
 

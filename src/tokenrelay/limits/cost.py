@@ -12,6 +12,9 @@ from __future__ import annotations
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
+from tokenrelay.protocol.embeddings import EmbeddingRequest
+
+Admitted = GenerationRequest | EmbeddingRequest  # what admission can bound
 
 TEMPLATE_TOKENS = 64  # BOS, generation prompt and any fixed preamble of a chat template
 MESSAGE_TOKENS = 16  # turn markers and separators around one message
@@ -19,12 +22,14 @@ PROMPT_SPECIALS = 2  # BOS/EOS a tokenizer may add to a text prompt
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the completions API's documented default
 
 
-def prompt_bound(body: GenerationRequest) -> int:
+def prompt_bound(body: Admitted) -> int:
     if isinstance(body, ChatCompletionRequest):
         return len(body.model_dump_json().encode()) + MESSAGE_TOKENS * len(body.messages) + TEMPLATE_TOKENS
     if isinstance(body, CompletionRequest):
         suffix = len((body.suffix or "").encode())
         return sum(_prompt_tokens(p) + suffix for p in body.prompts)
+    if isinstance(body, EmbeddingRequest):
+        return sum(_prompt_tokens(item) for item in body.inputs)
     raise TypeError(f"no token bound for {type(body).__name__}")
 
 
@@ -34,8 +39,10 @@ def _prompt_tokens(prompt: str | list[int]) -> int:
     return len(prompt)  # token ids are counted exactly
 
 
-def completion_bound(body: GenerationRequest, context_length: int) -> int:
+def completion_bound(body: Admitted, context_length: int) -> int:
     """Completion tokens at most: every generated sequence (best_of candidates too) up to its limit."""
+    if isinstance(body, EmbeddingRequest):
+        return 0  # an embedding generates nothing
     if isinstance(body, ChatCompletionRequest):
         limit = body.token_limit
         return body.choices * (limit if limit is not None else context_length)
@@ -45,5 +52,5 @@ def completion_bound(body: GenerationRequest, context_length: int) -> int:
     raise TypeError(f"no token bound for {type(body).__name__}")
 
 
-def worst_case(body: GenerationRequest, context_length: int) -> int:
+def worst_case(body: Admitted, context_length: int) -> int:
     return prompt_bound(body) + completion_bound(body, context_length)

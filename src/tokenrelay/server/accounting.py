@@ -16,9 +16,8 @@ from tokenrelay.backends.base import Backend
 from tokenrelay.calls.record import Call
 from tokenrelay.config import Settings
 from tokenrelay.errors import QuotaExceeded, RateLimited
-from tokenrelay.limits.cost import worst_case
+from tokenrelay.limits.cost import Admitted, worst_case
 from tokenrelay.limits.limiter import Limiter, Reservation
-from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.store.database import create_engine, database_url, redacted
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.usage.ledger import Ledger
@@ -101,7 +100,7 @@ class Accounting:
         self.in_flight += 1
         self._idle.clear()
 
-    async def admit(self, call: Call, body: GenerationRequest, backend: Backend) -> Reservation | None:
+    async def admit(self, call: Call, body: Admitted, backend: Backend) -> Reservation | None:
         principal = call.principal
         if principal is None or not principal.limited:
             return None

@@ -22,6 +22,7 @@ from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
 from tokenrelay.openai import models, tokenize
+from tokenrelay.openai.embeddings import router as embeddings
 from tokenrelay.openai.lane import GenerationLane
 from tokenrelay.openai.responses import router as responses_route
 from tokenrelay.server.announce import announce
@@ -52,7 +53,7 @@ def create_app(settings: Settings) -> GenerationLane:
     )
     app.add_middleware(KeyAuthMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: auth errors carry X-Request-ID too
-    for module in (models, tokenize, responses_route, metrics_route, admin_routes, admin_nodes):
+    for module in (models, tokenize, responses_route, embeddings, metrics_route, admin_routes, admin_nodes):
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app)

@@ -21,11 +21,11 @@ from tokenrelay.calls.record import Call
 from tokenrelay.calls.reporting import FinishedCalls
 from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
+from tokenrelay.limits.cost import Admitted
 from tokenrelay.observability.metrics import Metrics
 from tokenrelay.observability.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.observability.requestlog import log_call
 from tokenrelay.openai.responses.store import ResponseStore
-from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
 from tokenrelay.registrations.sync import NodeSync
@@ -84,7 +84,8 @@ class Services:
             path = DEFAULT_MODELS[model.id](self.settings.data_dir)
         template = model.chat_template or self.settings.chat_template
         probes = self.settings.data_dir / "cpu-probes"
-        return LlamaCppBackend(model.id, path, self.settings.engine_for(model), template, probe_dir=probes)
+        engine = self.settings.engine_for(model)
+        return LlamaCppBackend(model.id, path, engine, template, probe_dir=probes, embeddings=model.embeddings)
 
     def _routed(
         self, model_id: str, model: ModelSettings | None, engine: Backend | None, nodes: list[UpstreamSettings]
@@ -108,11 +109,14 @@ class Services:
         current = self.registry.find(model_id)
         if isinstance(current, RoutedBackend):
             return current
-        configured = next((m for m in self.settings.served_models() if m.id == model_id), None)
-        backend = self._routed(model_id, configured, current, [])
+        backend = self._routed(model_id, self.model_settings(model_id), current, [])
         await backend.start()
         self.registry.put(backend)
         return backend
+
+    def model_settings(self, model_id: str) -> ModelSettings | None:
+        """The configured settings of `model_id`; None for a model that nodes brought by registering."""
+        return next((m for m in self.settings.served_models() if m.id == model_id), None)
 
     async def close(self) -> None:
         # uvicorn has already waited (bounded by shutdown_timeout) for in-flight requests and cancelled the
@@ -135,7 +139,7 @@ class Services:
             raise AuthenticationError("This request was not authenticated.")
         self.accounting.begin(call, principal)
 
-    async def admit(self, call: Call, body: GenerationRequest) -> Backend:
+    async def admit(self, call: Call, body: Admitted) -> Backend:
         """After parsing: the key may use the model, and its limits can take the request's worst case.
         Returns the backend that serves the model."""
         if call.principal is not None and not call.principal.may_use(body.model):

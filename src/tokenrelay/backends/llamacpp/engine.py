@@ -13,13 +13,15 @@ from pathlib import Path
 import llama_cpp
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Event, Events, ModelCard, PromptCount, TextDelta, TokenLogprob, Usage
+from tokenrelay.backends.base import Embeddings, Event, Events, ModelCard, PromptCount, TextDelta, TokenLogprob, Usage
 from tokenrelay.backends.llamacpp import prompts
 from tokenrelay.backends.llamacpp.choices import Candidate, PromptRun, partial_usage, translate
 from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
-from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqPlan
+from tokenrelay.backends.llamacpp.embedder import Embedder, embedder_for, embedding_status
+from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.sampling import SamplingParams, derive_seed
+from tokenrelay.backends.llamacpp.plans import seq_plans
+from tokenrelay.backends.llamacpp.pooling import is_encoder_only
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
 from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
 from tokenrelay.backends.llamacpp.structured.plan import OutputPlan, output_plan
@@ -35,6 +37,7 @@ from tokenrelay.observability.progress import Progress
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
+from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class LlamaCppBackend:
         engine: EngineSettings,
         chat_template: Path | None = None,
         probe_dir: Path | None = None,
+        embeddings: bool = True,
     ) -> None:
         self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(path.stat().st_mtime))
         self.path = path
@@ -63,6 +67,9 @@ class LlamaCppBackend:
         self.scheduler: Scheduler | None = None
         self.vocabulary: GrammarVocabulary | None = None
         self.probe_dir = probe_dir  # where the repacking check keeps its verdicts (None: not kept)
+        self.embeddings = embeddings
+        self.embedder: Embedder | None = None
+        self.embeddings_only = False  # an encoder GGUF (BERT and kin): no generation
         self.repacked = False
         self.repack_verdict: RepackVerdict | None = None
         self.cpu: dict[str, object] = {}  # what /health says of the kernels, fixed once the model is loaded
@@ -77,6 +84,8 @@ class LlamaCppBackend:
     # Lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
         await asyncio.to_thread(self._load)
+        if self.embedder is not None:
+            self.embedder.start()
 
     def _load(self) -> None:
         log.info("loading model %s from %s", self.card.id, self.path)
@@ -88,6 +97,12 @@ class LlamaCppBackend:
             on_progress=progress.update,
             batch_invariant=self.engine_settings.batch_invariant,
         )
+        self.cpu = cpu_report(self.repacked, self.repack_verdict)
+        self.embeddings_only = is_encoder_only(model)
+        self.embedder = embedder_for(self.card.id, model, self.engine_settings) if self.embeddings else None
+        if self.embeddings_only:
+            self._loaded_for_embeddings(model)
+            return
         source, origin = template_for(model.architecture, model.chat_template, self.template_override)
         bos, eos = model.special("bos"), model.special("eos")
         self.template = ChatTemplate(
@@ -96,7 +111,6 @@ class LlamaCppBackend:
             bos_token=model.token_text(bos) if bos is not None else "",
             eos_token=model.token_text(eos) if eos is not None else "",
         )
-        self.cpu = cpu_report(self.repacked, self.repack_verdict)
         self.scheduler = Scheduler(model, self.engine_settings)
         self.scheduler.start()
         self.vocabulary = GrammarVocabulary(model)
@@ -114,6 +128,13 @@ class LlamaCppBackend:
             self.cpu["build_features"],
         )
 
+    def _loaded_for_embeddings(self, model: LlamaModel) -> None:
+        if self.embedder is None:
+            raise RuntimeError(f"model {self.card.id} is an embedding model and has embeddings turned off")
+        self.model = model
+        self.card = replace(self.card, context_length=self.embedder.context.max_tokens)
+        log.info("model %s ready: %s, an embedding model (no generation)", self.card.id, model.architecture)
+
     def _repacking_allowed(self) -> bool:
         """Repacked weights only when configured and a child process has decoded with them here (see `cpu`)."""
         if not self.engine_settings.repack_weights:
@@ -125,20 +146,25 @@ class LlamaCppBackend:
         return self.repack_verdict.safe
 
     async def close(self) -> None:
+        if self.embedder is not None:
+            await self.embedder.close()
         if self.scheduler is not None:
             await asyncio.to_thread(self.scheduler.stop)
         if self.model is not None:
             self.model.close()
 
     def ready(self) -> bool:
-        return self.scheduler is not None
+        return self.model is not None
 
     def fingerprint(self) -> str:
         return self._fingerprint
 
     def status(self) -> dict[str, object]:
-        if self.scheduler is None:
+        if self.model is None:
             return {"backend": "llama.cpp", "ready": False}
+        embedding = embedding_status(self.embedder)
+        if self.scheduler is None:
+            return {"backend": "llama.cpp", "ready": True, "cpu": self.cpu, **embedding}
         stats = self.scheduler.stats
         return {
             "backend": "llama.cpp",
@@ -154,6 +180,7 @@ class LlamaCppBackend:
             "tokens_generated": stats.tokens_generated,
             "decode_seconds": round(stats.decode_seconds, 3),
             "step_seconds": round(stats.step_seconds, 3),
+            **embedding,
         }
 
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:
@@ -169,6 +196,7 @@ class LlamaCppBackend:
 
     # Requests -----------------------------------------------------------------------------------
     def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
+        self._check_generates()
         prompts.reject_media(request)
         return one_by_one(self._chat(request))
 
@@ -200,6 +228,7 @@ class LlamaCppBackend:
                 yield event
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
+        self._check_generates()
         runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
         max_tokens = request.max_tokens if request.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
         for run in runs:
@@ -212,6 +241,17 @@ class LlamaCppBackend:
         return one_by_one(
             self._generate(request, runs, max_tokens, request.logprobs, request.candidates, prompt_logprobs)
         )
+
+    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+        if self.embedder is None:
+            raise InvalidRequest(f"The model `{self.card.id}` serves no embeddings.", param="model")
+        return await self.embedder.embed(request)
+
+    def _check_generates(self) -> None:
+        if self.embeddings_only:
+            raise InvalidRequest(
+                f"The model `{self.card.id}` is an embedding model: it serves /v1/embeddings only.", param="model"
+            )
 
     def _completion_run(self, request: CompletionRequest, prompt: str | list[int], first: int) -> PromptRun:
         if isinstance(prompt, str):
@@ -235,40 +275,6 @@ class LlamaCppBackend:
             raise InvalidRequest(f"n may be at most {self.engine_settings.slots} for this model.", param="n")
 
     # Generation ---------------------------------------------------------------------------------
-    def _plans(
-        self,
-        request: GenerationRequest,
-        count: int,
-        max_tokens: int,
-        top: int | None,
-        score: bool,
-        first_index: int,
-        text_offset: int,
-        constraints: list[GrammarConstraint] | None,
-    ) -> list[SeqPlan]:
-        temperature = 1.0 if request.temperature is None else request.temperature
-        return [
-            SeqPlan(
-                index=i,
-                params=SamplingParams(
-                    temperature=temperature,
-                    top_p=1.0 if request.top_p is None else request.top_p,
-                    top_k=request.top_k or 0,
-                    seed=derive_seed(request.seed, first_index + i),
-                    presence_penalty=request.presence_penalty or 0.0,
-                    frequency_penalty=request.frequency_penalty or 0.0,
-                    logit_bias=request.bias_by_token,
-                    top_logprobs=top,
-                    score=score,
-                ),
-                max_tokens=max_tokens,
-                stops=request.stop_list,
-                text_offset=text_offset,
-                constraint=constraints[i] if constraints else None,
-            )
-            for i in range(count)
-        ]
-
     async def _generate(
         self,
         request: GenerationRequest,
@@ -286,7 +292,7 @@ class LlamaCppBackend:
         for number, run in enumerate(runs):
             offset = len(run.echo_text) if run.echo_text is not None else 0
             constraints = await self._constraints(grammar, best_of) if grammar is not None else None
-            plans = self._plans(request, best_of, max_tokens, top, ranked, run.first_index, offset, constraints)
+            plans = seq_plans(request, best_of, max_tokens, top, ranked, run.first_index, offset, constraints)
 
             def sink(event: object, number: int = number) -> None:
                 loop.call_soon_threadsafe(inbox.put_nowait, (number, event))

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Events, ModelCard, PromptCount, Served
+from tokenrelay.backends.base import Embeddings, Events, ModelCard, PromptCount, Served
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
 from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text, prompt_tokens
@@ -26,6 +26,7 @@ from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import APIError
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
+from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,34 @@ class RoutedBackend:
         if self.embedded is not None:
             return await self.embedded.backend.count_chat_prompt(request)
         return PromptCount(prompt_tokens(request, self.counter), estimated=True)
+
+    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+        """The first member's answer that comes; a member that fails is passed over for the next, as for chat."""
+        failures: list[NodeFailure] = []
+        tried: set[str] = set()
+        while len(tried) < self.routing.max_attempts:
+            member = choose(self.members, tried, None, self.routing.affinity)
+            if member is None:
+                break
+            tried.add(member.name)
+            self._begin(member)
+            started = time.monotonic()
+            try:
+                result = await member.embed(request, request_id)
+                member.breaker.success()
+            except NodeFailure as exc:
+                self._failed(member, exc)
+                failures.append(exc)
+                continue
+            except APIError:
+                member.breaker.success()  # the member is fine; it refused this request
+                raise
+            finally:
+                await self._end(member)
+            member.load.observe_latency(time.monotonic() - started)
+            result.served_by = Served(member.name, member.kind)
+            return result
+        raise exhausted(failures)
 
     async def start(self) -> None:
         if self.embedded is not None and not self.embedded.backend.ready():

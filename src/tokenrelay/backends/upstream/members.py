@@ -12,19 +12,21 @@ from contextlib import aclosing
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from tokenrelay.backends.base import Backend, Events
+from tokenrelay.backends.base import Backend, Embeddings, Events
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
 from tokenrelay.backends.upstream.client import TRANSPORTS, NodeClient
+from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
 from tokenrelay.backends.upstream.metering import Meter, TokenCounter
-from tokenrelay.backends.upstream.relay import Exchange, relay
+from tokenrelay.backends.upstream.relay import Exchange, exchange_json, relay
 from tokenrelay.backends.upstream.router import Load
 from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import Overloaded
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
+from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ class Member(Protocol):
     retired: bool
 
     def events(self, request: Request, request_id: str) -> AsyncIterator[Events]: ...
+
+    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings: ...
 
     async def close(self) -> None: ...
 
@@ -99,6 +103,11 @@ class Node:
         headers = trace_headers(request_id)
         return relay(self.client, exchange, headers, self.routing.timeouts, Meter(request, self.counter))
 
+    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+        body = embedding_body(request, self.node_model)
+        answer = await exchange_json(self.client, "/embeddings", body, trace_headers(request_id), self.routing.timeouts)
+        return embeddings_of(answer, request, self.counter)
+
     def _exchange(self, request: Request) -> Exchange:
         if isinstance(request, ChatCompletionRequest):
             return Exchange("/chat/completions", node_body(request, self.node_model), chat_events)
@@ -152,6 +161,12 @@ class EmbeddedMember:
                     yield events
         except Overloaded:
             # A full queue here is no reason to refuse the client while a node may have room.
+            raise NodeFailure("engine busy", busy=True) from None
+
+    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+        try:
+            return await self.backend.embed(request, request_id)
+        except Overloaded:
             raise NodeFailure("engine busy", busy=True) from None
 
     async def close(self) -> None:

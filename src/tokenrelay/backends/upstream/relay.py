@@ -102,6 +102,23 @@ async def relay(
     yield [meter.usage()]
 
 
+async def exchange_json(
+    client: NodeClient, path: str, body: dict[str, Any], headers: dict[str, str], timeouts: UpstreamTimeouts
+) -> dict[str, Any]:
+    """One non-streamed exchange (`/embeddings`): the node's JSON answer, within `overall`; the same failures
+    as `relay` (a `NodeFailure` to try another node, a node's own 4xx relayed as it is)."""
+    clock = Clock(timeouts)
+    response = await _send(client, path, dumps(body), headers, clock.bound(clock.overall, "waiting for the node"))
+    try:
+        await _check_status(response, clock)
+        answer = await _read_json(response, clock.bound(clock.overall, "reading the answer"))
+    finally:
+        response.release()
+    if "error" in answer and "data" not in answer:
+        raise _reported_error(json.dumps(answer).encode())
+    return answer
+
+
 async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str], stage: Stage) -> NodeReply:
     try:
         return await client.post(path, payload, headers, stage[0])

@@ -1,0 +1,93 @@
+"""A llama.cpp context of its own with embeddings on: several whole inputs per decode, one sequence each."""
+
+from __future__ import annotations
+
+import llama_cpp
+import numpy as np
+
+from tokenrelay.backends.base import Vector
+from tokenrelay.backends.llamacpp.context import KV_TYPES, Batch
+from tokenrelay.backends.llamacpp.model import LlamaModel
+from tokenrelay.backends.llamacpp.native_thread import native_thread
+from tokenrelay.backends.llamacpp.pooling import Pooling, declared_pooling, l2_normalised, mean_pool
+from tokenrelay.config import EngineSettings
+
+
+class EmbeddingContext:
+    """`capacity` tokens and `sequences` inputs at most per decode; an input may be `max_tokens` long.
+
+    The KV cache is one buffer for every sequence, cleared after each decode: a batch of inputs is laid into it
+    from the first cell, each input's cells in position order, so a token's attention runs over the same
+    values in the same order whatever shares its decode (the row-by-row flash-attention kernel of a Q8_0 cache
+    skips the cells other sequences mask out). With the process's one matrix kernel for every row count
+    (`batch_invariant`), an input's vector does not depend on what it was batched with.
+    """
+
+    def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
+        self.model = model
+        self.declared = declared_pooling(model)
+        # A GGUF that declares no pooling (the decoder models) keeps none here (UNSPECIFIED: the model's own), and
+        # is pooled in `embed` as the mean of its token embeddings: llama.cpp's own mean is a matrix product over
+        # the whole batch, whose sums would depend on where the input sat in it.
+        pooling = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED if self.declared == Pooling.NONE else int(self.declared)
+        self.max_tokens = min(settings.ctx_per_slot, model.n_ctx_train)
+        self.capacity = self.max_tokens
+        self.sequences = settings.embedding_batch
+        params = llama_cpp.llama_context_default_params()
+        params.embeddings = True
+        params.pooling_type = pooling
+        params.n_ctx = self.capacity
+        params.n_seq_max = self.sequences
+        # One ubatch holds the whole batch: encoder models need it, and llama.cpp then never re-cuts a batch.
+        params.n_batch = params.n_ubatch = self.capacity
+        params.n_threads = params.n_threads_batch = settings.threads
+        params.kv_unified = True
+        params.swa_full = True
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        params.type_k = params.type_v = KV_TYPES[settings.kv_type]
+        params.no_perf = True
+        self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
+        if not self.ptr:
+            raise RuntimeError("llama.cpp could not create an embedding context (out of memory?)")
+        self.memory = llama_cpp.llama_get_memory(self.ptr)  # None for an encoder model: it keeps no cache
+        self.pooling = Pooling(llama_cpp.llama_pooling_type(self.ptr))
+        self.n_embd = int(llama_cpp.llama_model_n_embd_out(model.ptr))
+        self.batch = Batch(self.capacity)
+
+    def close(self) -> None:
+        self.batch.close()
+        if self.ptr:
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+    def embed(self, inputs: list[list[int]]) -> list[Vector]:
+        """One decode over `inputs` (at most `sequences` of them, `capacity` tokens in all): their normalised
+        vectors, in order."""
+        batch = self.batch
+        batch.clear()
+        spans = []
+        for seq_id, tokens in enumerate(inputs):
+            spans.append((batch.size, len(tokens)))
+            for pos, token in enumerate(tokens):
+                batch.add(token, pos, seq_id, True)
+        try:
+            status = native_thread().run(llama_cpp.llama_decode, self.ptr, batch.raw)
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed ({status})")
+            if self.pooling == Pooling.NONE:
+                rows = self._token_rows(batch.size)
+                return [l2_normalised(mean_pool(rows[start : start + n])) for start, n in spans]
+            return [l2_normalised(self._sequence_row(seq_id)) for seq_id in range(len(inputs))]
+        finally:
+            if self.memory:
+                llama_cpp.llama_memory_clear(self.memory, True)
+
+    def _token_rows(self, n_tokens: int) -> Vector:
+        pointer = llama_cpp.llama_get_embeddings(self.ptr)  # every token's row, in batch order
+        return np.ctypeslib.as_array(pointer, shape=(n_tokens * self.n_embd,)).reshape(n_tokens, self.n_embd).copy()
+
+    def _sequence_row(self, seq_id: int) -> Vector:
+        pointer = llama_cpp.llama_get_embeddings_seq(self.ptr, seq_id)
+        if not pointer:
+            raise RuntimeError(f"llama.cpp has no pooled embedding for sequence {seq_id}")
+        return np.ctypeslib.as_array(pointer, shape=(self.n_embd,)).copy()

@@ -1,0 +1,1 @@
+"""`POST /v1/embeddings`: a FastAPI route (see `router`), served by the model's backend."""

@@ -1,0 +1,37 @@
+"""`POST /v1/embeddings` as a FastAPI route.
+
+Not in the generation lane: an embedding costs a decode (milliseconds to seconds), so the router's few
+microseconds do not matter, and as a route it is listed in /openapi.json with its request and answer schemas.
+The app's middlewares give it its request id and authenticate it, as for every /v1 path.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from tokenrelay.openai.embeddings.protocol import EmbeddingList
+from tokenrelay.openai.embeddings.serving import ENDPOINT, respond
+from tokenrelay.openai.serving import run_call
+from tokenrelay.protocol.embeddings import EmbeddingRequest
+
+router = APIRouter()
+
+# The body is read and validated by the endpoint itself (strictly, with OpenAI-style 400s), so FastAPI is
+# only told its schema.
+_REQUEST_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": EmbeddingRequest.model_json_schema()}},
+    }
+}
+
+
+@router.post(
+    "/v1/embeddings",
+    summary="Create embeddings",
+    response_model=EmbeddingList,
+    openapi_extra=_REQUEST_BODY,
+)
+async def create_embeddings(request: Request) -> Response:
+    return await run_call(request, ENDPOINT, respond)

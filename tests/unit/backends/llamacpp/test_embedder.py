@@ -1,0 +1,98 @@
+"""The embedding queue: waiting inputs of concurrent requests share decodes, up to the context's limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tokenrelay.backends.llamacpp.embedder import Embedder
+from tokenrelay.errors import InvalidRequest
+from tokenrelay.protocol.embeddings import EmbeddingRequest
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+
+class FakeModel:
+    """One token per character; a vocabulary of 100 ids."""
+
+    path = Path("fake.gguf")
+    n_vocab = 100
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        return [ord(c) % 100 for c in text]
+
+
+class FakeContext:
+    """Records each decode's inputs; a decode waits for `release` so that requests can pile up meanwhile."""
+
+    def __init__(self, sequences: int = 4, capacity: int = 12, max_tokens: int = 8) -> None:
+        self.sequences, self.capacity, self.max_tokens = sequences, capacity, max_tokens
+        self.decodes: list[list[list[int]]] = []
+        self.release = threading.Event()
+        self.closed = False
+
+    def embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
+        self.release.wait(5)
+        self.decodes.append(inputs)
+        return [np.asarray([len(tokens), sum(tokens)], dtype=np.float32) for tokens in inputs]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def request(value: Any) -> EmbeddingRequest:
+    return EmbeddingRequest.model_validate_json(json.dumps({"model": "m", "input": value}), strict=True)
+
+
+async def started(context: FakeContext) -> Embedder:
+    embedder = Embedder(FakeModel(), context)  # type: ignore[arg-type]
+    embedder.start()
+    return embedder
+
+
+async def test_concurrent_requests_share_decodes_within_the_limits() -> None:
+    context = FakeContext(sequences=4, capacity=12)
+    embedder = await started(context)
+    first = asyncio.create_task(embedder.embed(request("ab")))
+    await asyncio.sleep(0.05)  # the first decode is under way, holding only the first request's input
+    others = [asyncio.create_task(embedder.embed(request(["abc", "de", "fgh"]))) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    context.release.set()
+    results = await asyncio.gather(first, *others)
+    assert [len(decode) for decode in context.decodes] == [1, 4, 2]  # at most 4 inputs, 12 tokens a decode
+    assert all(sum(map(len, decode)) <= 12 for decode in context.decodes)
+    assert [v.tolist()[0] for v in results[1].vectors] == [3.0, 2.0, 3.0]  # each request's own, in order
+    assert results[1].prompt_tokens == 8 and results[0].prompt_tokens == 2
+    await embedder.close()
+    assert context.closed
+
+
+async def test_a_cancelled_requests_inputs_are_skipped() -> None:
+    context = FakeContext()
+    embedder = await started(context)
+    busy = asyncio.create_task(embedder.embed(request("a")))
+    await asyncio.sleep(0.05)
+    gone = asyncio.create_task(embedder.embed(request(["bb", "cc"])))
+    await asyncio.sleep(0.05)
+    gone.cancel()
+    kept = asyncio.create_task(embedder.embed(request("dd")))
+    await asyncio.sleep(0.05)
+    context.release.set()
+    await asyncio.gather(busy, kept)
+    assert context.decodes == [[[ord("a") % 100]], [[0, 0]]]  # "dd": 100 % 100 twice
+    await embedder.close()
+
+
+@pytest.mark.parametrize("value", ["x" * 9, [[1, 2], [100]]])
+async def test_inputs_too_long_or_outside_the_vocabulary_are_400s_naming_input(value: Any) -> None:
+    embedder = await started(FakeContext(max_tokens=8))
+    with pytest.raises(InvalidRequest) as caught:
+        await embedder.embed(request(value))
+    assert caught.value.param == "input"
+    await embedder.close()

@@ -20,8 +20,8 @@ from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_v
 from tokenrelay.backends.llamacpp.embedder import Embedder, embedder_for, embedding_status
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.sampling_plans import seq_plans
 from tokenrelay.backends.llamacpp.pooling import is_encoder_only
+from tokenrelay.backends.llamacpp.sampling_plans import seq_plans
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
 from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
 from tokenrelay.backends.llamacpp.structured.plan import OutputPlan, output_plan

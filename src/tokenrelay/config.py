@@ -59,6 +59,10 @@ class UpstreamSettings(BaseModel):
     weight: float = Field(default=1.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
     completions_via_chat: bool = Field(default=False, description="serve /v1/completions through the node's chat")
+    native_apis: list[Literal["responses", "messages"]] = Field(
+        default_factory=list,
+        description="APIs the node serves itself; requests to them are relayed as sent, only model rewritten",
+    )
 
     @field_validator("url")
     @classmethod

@@ -65,3 +65,11 @@ def test_two_upstreams_of_a_model_need_distinct_names() -> None:
 def test_an_upstream_url_must_be_http(url: str) -> None:
     with pytest.raises(ValueError):
         UpstreamSettings(url=url)
+
+
+def test_native_apis_name_only_the_apis_that_can_be_relayed() -> None:
+    node = UpstreamSettings(url="http://10.0.0.7:8000/v1", native_apis=["responses", "messages"])
+    assert node.native_apis == ["responses", "messages"]
+    assert UpstreamSettings(url="http://10.0.0.7:8000/v1").native_apis == []
+    with pytest.raises(ValueError, match="native_apis"):
+        UpstreamSettings(url="http://10.0.0.7:8000/v1", native_apis=["chat"])  # type: ignore[list-item]

@@ -104,7 +104,15 @@ class Served:
     kind: str
 
 
-Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Served
+@dataclass(slots=True)
+class Raw:
+    """Bytes of a node's answer in the API the client itself asked for (a native relay), passed on unchanged:
+    a piece of its event stream as it arrived, or its whole JSON body."""
+
+    data: bytes
+
+
+Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Served | Raw
 
 # The events that arrived together (one node read, one engine event), in order; never empty. A batch passes the
 # layers between backend and client once and reaches the client in one write.

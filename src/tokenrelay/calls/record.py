@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tokenrelay.backends.base import Event, Events, Finish, Served, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.base import Event, Events, Finish, Raw, Served, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ current_call: ContextVar[Call | None] = ContextVar("tokenrelay_current_call", de
 @dataclass
 class Call:
     request_id: str
-    endpoint: str  # "chat.completions" | "completions" | "responses"
+    endpoint: str  # "chat.completions" | "completions" | "responses" | "messages" | "embeddings"
     model: str
     streamed: bool = False
     backend: str = ""
@@ -79,6 +79,8 @@ class Call:
             self.usage_reported = True
         elif isinstance(event, Served):
             self.node, self.backend = event.node, event.kind
+        elif isinstance(event, Raw) and self.first_token_at is None:
+            self.first_token_at = time.monotonic()  # a node's own answer began: its first output, as near as known
 
     def _token_at(self, now: float) -> None:
         if self.first_token_at is None:

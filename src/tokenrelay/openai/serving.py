@@ -19,7 +19,7 @@ from tokenrelay.jsonbytes import dumps
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import parse_body
 from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, collect
-from tokenrelay.openai.sse import OPENAI, EventStream, Framing
+from tokenrelay.openai.sse import OPENAI, EventStream, Framing, Piece
 from tokenrelay.protocol.common import GenerationRequest
 
 
@@ -94,7 +94,7 @@ async def _generate(endpoint: Endpoint, request: Request, call: Call, services: 
 
 
 async def streamed(
-    chunks: AsyncIterator[list[Chunk]], report: Callable[[], None], framing: Framing = OPENAI
+    chunks: AsyncIterator[list[Piece]], report: Callable[[], None], framing: Framing[Piece] = OPENAI
 ) -> Response:
     """The stream's response once its first chunks are in; `report` is called once the response is over.
     Errors raised before the first chunks (validation inside the backend, a full queue) keep their HTTP
@@ -104,7 +104,8 @@ async def streamed(
 
 
 class ReportedResponse(JSONResponse):
-    """A JSON answer (encoded with orjson) that reports its call once sent, or once sending failed."""
+    """A JSON answer (encoded with orjson; bytes are a node's JSON body, sent as they are) that reports its call
+    once sent, or once sending failed."""
 
     def __init__(self, content: Any, report: Callable[[], None]) -> None:
         super().__init__(content, background=BackgroundTask(self._reported))
@@ -115,7 +116,7 @@ class ReportedResponse(JSONResponse):
         self.report()
 
     def render(self, content: Any) -> bytes:
-        return dumps(content)
+        return content if isinstance(content, bytes) else dumps(content)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

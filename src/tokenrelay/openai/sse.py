@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -30,10 +30,14 @@ def frames(chunks: list[Chunk]) -> bytes:
     return b"".join([frame(chunk) for chunk in chunks])
 
 
-class Framing(Protocol):
+Piece = TypeVar("Piece")  # what a stream is made of: chunk dicts to frame, or a node's bytes to pass on
+Piece_contra = TypeVar("Piece_contra", contravariant=True)
+
+
+class Framing(Protocol[Piece_contra]):
     """How an API writes its stream: chunks as SSE messages, an error after the first byte, the end."""
 
-    def frames(self, chunks: list[Chunk]) -> bytes: ...
+    def frames(self, chunks: list[Piece_contra]) -> bytes: ...
 
     def error(self, exc: APIError) -> bytes: ...
 
@@ -78,8 +82,25 @@ class NamedFraming:
         return b""
 
 
+class RawFraming:
+    """A node's own event stream passed on as it came (a native relay); an error after the first byte is
+    written as the API's named `error` event, and the node's stream needs no end of ours."""
+
+    def __init__(self, error_body: Callable[[APIError], Chunk]) -> None:
+        self.error_body = error_body
+
+    def frames(self, chunks: list[bytes]) -> bytes:
+        return b"".join(chunks)
+
+    def error(self, exc: APIError) -> bytes:
+        return named_frame(self.error_body(exc))
+
+    def end(self) -> bytes:
+        return b""
+
+
 async def stream_body(
-    first: list[Chunk] | None, rest: AsyncIterator[list[Chunk]], framing: Framing = OPENAI
+    first: list[Piece] | None, rest: AsyncIterator[list[Piece]], framing: Framing[Piece] = OPENAI
 ) -> AsyncGenerator[bytes, None]:
     """The stream's body: the frames of each event as one piece, so one write. An error after the stream
     started becomes one error event; the framing's end (`[DONE]` for OpenAI) closes the stream either way."""
@@ -108,10 +129,10 @@ class EventStream(StreamingResponse):
 
     def __init__(
         self,
-        first: list[Chunk] | None,
-        rest: AsyncIterator[list[Chunk]],
+        first: list[Any] | None,
+        rest: AsyncIterator[list[Any]],
         report: Callable[[], None],
-        framing: Framing = OPENAI,
+        framing: Framing[Any] = OPENAI,
     ) -> None:
         self.body_stream = stream_body(first, rest, framing)
         self.chunks = rest

@@ -62,3 +62,24 @@ async def _scenario(tmp: Path) -> list[object]:
 
 def test_the_table_is_applied_like_registrations(tmp_path: Path) -> None:
     assert asyncio.run(_scenario(tmp_path)) == [NODE_KEY, 3.0, 2.0, None, 1.0]
+
+
+async def _native_registration(tmp: Path) -> tuple[bool, object]:
+    settings = Settings(data_dir=tmp, admin_key=SecretStr("admin"), models=[])
+    settings.routing.health.probe_interval = 0
+    one, other = Services(settings), Services(settings)
+    await upgrade(one.accounting.engine)
+    await one.nodes.store.put("dyn", _node("x", native_apis=["messages"]))
+    await other.nodes.refresh()
+    backend = other.registry.get("dyn")
+    assert isinstance(backend, RoutedBackend)
+    result = backend.relays("messages") and not backend.relays("responses"), backend.status()["nodes"]
+    for services in (one, other):
+        await services.close()
+    return result
+
+
+def test_a_registered_nodes_native_apis_are_kept_and_shown(tmp_path: Path) -> None:
+    relays, nodes = asyncio.run(_native_registration(tmp_path))
+    assert relays
+    assert [node["native_apis"] for node in nodes] == [["messages"]]  # type: ignore[attr-defined]

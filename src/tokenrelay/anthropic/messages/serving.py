@@ -1,6 +1,10 @@
 """What `/v1/messages` and `/v1/messages/count_tokens` do: a Messages request is translated into a chat
 request and served by the backend's `chat`, through the same call record, admission and report as chat
 completions (ledger rows carry the endpoint `messages`); the backend's events are rendered back.
+
+A model whose members are all nodes that declare `native_apis: [messages]` gets the body as sent instead (only
+`model` rewritten, the client's `anthropic-version`/`anthropic-beta` passed on) and answers with the node's own
+message (`openai/relayed.py`), after the same validation and admission.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from tokenrelay.anthropic.messages.errors import error_body, invalid_body
 from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
 from tokenrelay.anthropic.messages.render import MessageMeta, MessageStreamer, message_body
 from tokenrelay.anthropic.messages.translate import to_chat
+from tokenrelay.backends.upstream.native import ANTHROPIC_HEADERS, NativeRequest
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
+from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import read_body
+from tokenrelay.openai.relayed import forwarded_headers, relayed_response, relays
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
 from tokenrelay.openai.sse import NamedFraming
@@ -34,10 +41,15 @@ async def create_message(request: Request) -> Response:
 
 
 async def _create(request: Request, call: Call, services: Any) -> Response:
-    body = await parse(request, MessagesRequest)
+    raw = await read_body(request.receive)
+    body = validated(raw, MessagesRequest)
     chat = to_chat(body, stream=bool(body.stream))
     call.model, call.streamed, call.user = body.model, bool(body.stream), chat.user
     backend = await services.admit(call, chat)
+    if relays(backend, ENDPOINT):
+        headers = forwarded_headers(request, ANTHROPIC_HEADERS)
+        native = NativeRequest(ENDPOINT, loads(raw), chat, headers)
+        return await relayed_response(request, call, services, backend, native, error_body)
     call.backend = backend.kind
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
     events = observed(backend.chat(chat, call.request_id), call)
@@ -55,7 +67,7 @@ async def count_tokens(request: Request) -> Response:
     principal = request.scope.get("state", {}).get("principal")
     if principal is None:  # the lane authenticates first; never answer a request it did not see
         raise AuthenticationError("This request was not authenticated.")
-    body = await parse(request, CountTokensRequest)
+    body = validated(await read_body(request.receive), CountTokensRequest)
     chat = to_chat(body)
     if not principal.may_use(body.model):
         raise ModelNotFound(body.model)
@@ -64,8 +76,7 @@ async def count_tokens(request: Request) -> Response:
     return JSONResponse({"input_tokens": count.tokens})
 
 
-async def parse(request: Request, model: type[Body]) -> Body:
-    raw = await read_body(request.receive)
+def validated(raw: bytes, model: type[Body]) -> Body:
     if not raw.strip():
         raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
     try:

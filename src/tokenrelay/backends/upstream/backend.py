@@ -13,14 +13,16 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
+from typing import TypeVar
 
 from tokenrelay import __version__
 from tokenrelay.backends.base import Embeddings, Events, ModelCard, PromptCount, Served
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
 from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text, prompt_tokens
+from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.backends.upstream.router import choose, prefix_key
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import APIError
@@ -29,6 +31,8 @@ from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Member)
 
 
 class RoutedBackend:
@@ -94,10 +98,33 @@ class RoutedBackend:
         return self._fingerprint
 
     def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
-        return self._serve(request, request_id)
+        return self._serve(request, self._members, lambda member: member.events(request, request_id))
 
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
-        return self._serve(request, request_id)
+        return self._serve(request, self._members, lambda member: member.events(request, request_id))
+
+    # Native relay -------------------------------------------------------------------------------
+    def relays(self, api: NativeApi) -> bool:
+        """Whether requests to `api` are relayed as sent: every member is a node that declares the API.
+
+        All or nothing, so that one request's answer (and whether a node or the gateway stores a response)
+        never depends on which member served it, and failover stays among members that answer alike."""
+        nodes = list(self.nodes.values())
+        return self.embedded is None and bool(nodes) and all(node.serves_natively(api) for node in nodes)
+
+    def relay(self, request: NativeRequest, request_id: str) -> AsyncIterator[Events]:
+        """The answer of a node that serves `request.api` itself: `Raw` pieces, then the usage; routed, failed
+        over and timed as chat is (`native.py`). Nodes registered since `relays` was asked and do not declare
+        the API are passed over."""
+        return self._serve(
+            request.chat, lambda: self._natives(request.api), lambda node: node.relay(request, request_id)
+        )
+
+    def _members(self) -> list[Member]:
+        return self.members
+
+    def _natives(self, api: NativeApi) -> list[Node]:
+        return [node for node in self.nodes.values() if node.serves_natively(api)]
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
         """Exact with an embedded engine (the same model); otherwise the ledger's estimate for a node that
@@ -163,13 +190,17 @@ class RoutedBackend:
         return body
 
     # Routing and failover -----------------------------------------------------------------------
-    async def _serve(self, request: Request, request_id: str) -> AsyncIterator[Events]:
+    async def _serve(
+        self, request: Request, candidates: Callable[[], Sequence[M]], answer: Callable[[M], AsyncIterator[Events]]
+    ) -> AsyncIterator[Events]:
+        """The answer of the first of `candidates` (asked again at each attempt, as nodes come and go) that
+        begins one; `answer` asks a member for its events."""
         affinity = self.routing.affinity
         key = prefix_key(prompt_text(request), affinity) if affinity.enabled else None
         failures: list[NodeFailure] = []
         tried: set[str] = set()
         while len(tried) < self.routing.max_attempts:
-            member = choose(self.members, tried, key, affinity)
+            member = choose(candidates(), tried, key, affinity)
             if member is None:
                 break
             tried.add(member.name)
@@ -178,7 +209,7 @@ class RoutedBackend:
             self._begin(member)
             started = time.monotonic()
             try:
-                events = member.events(request, request_id)
+                events = answer(member)
                 async with aclosing(events):
                     try:
                         first = await self._first(member, events)

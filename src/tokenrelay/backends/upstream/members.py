@@ -19,6 +19,8 @@ from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_o
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
 from tokenrelay.backends.upstream.metering import Meter, TokenCounter
+from tokenrelay.backends.upstream.native import NativeRequest, native_relay
+from tokenrelay.backends.upstream.native_usage import AnswerReader, NativeApi
 from tokenrelay.backends.upstream.relay import Exchange, exchange_json, relay
 from tokenrelay.backends.upstream.router import Load
 from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
@@ -103,6 +105,17 @@ class Node:
         headers = trace_headers(request_id)
         return relay(self.client, exchange, headers, self.routing.timeouts, Meter(request, self.counter))
 
+    def serves_natively(self, api: NativeApi) -> bool:
+        return api in self.settings.native_apis
+
+    def relay(self, request: NativeRequest, request_id: str) -> AsyncIterator[Events]:
+        """The node's own answer to a Responses or Messages request sent as the client wrote it (`native.py`)."""
+        headers = trace_headers(request_id) | request.headers
+        if request.api == "messages" and self.settings.api_key is not None:
+            headers["x-api-key"] = self.settings.api_key.get_secret_value()  # Anthropic's key header
+        reader = AnswerReader(request.api, Meter(request.chat, self.counter))
+        return native_relay(self.client, request, self.node_model, headers, self.routing.timeouts, reader)
+
     async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
         body = embedding_body(request, self.node_model)
         answer = await exchange_json(self.client, "/embeddings", body, trace_headers(request_id), self.routing.timeouts)
@@ -130,6 +143,7 @@ class Node:
             "url": public_url(self.settings.url),
             "model": self.node_model,
             "completions_via_chat": self.settings.completions_via_chat,
+            "native_apis": list(self.settings.native_apis),
             "last_error": self.last_error,
         }
 

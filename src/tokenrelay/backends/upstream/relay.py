@@ -16,7 +16,7 @@ from typing import Any
 
 from tokenrelay.backends.base import Event, Events
 from tokenrelay.backends.upstream.client import NodeClient
-from tokenrelay.backends.upstream.failures import NodeFailure, failure_for_status, node_error
+from tokenrelay.backends.upstream.failures import NodeFailure, NodeRejection, failure_for_status, node_error
 from tokenrelay.backends.upstream.metering import Meter
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 from tokenrelay.backends.upstream.transport import ConnectFailed, NodeReply, ReadTimeout, TransportError
@@ -71,14 +71,14 @@ async def relay(
     clock = Clock(timeouts)
     payload = dumps(exchange.body)
     stage = clock.bound(clock.first_byte if exchange.stream else clock.overall, "waiting for the node")
-    response = await _send(client, exchange.path, payload, headers, stage)
+    response = await send(client, exchange.path, payload, headers, stage)
     started = False
     try:
-        await _check_status(response, clock)
-        if exchange.stream and _is_event_stream(response):
+        await check_status(response, clock)
+        if exchange.stream and is_event_stream(response):
             reads = StreamReads(exchange.parse, clock)
             while not reads.over:
-                events, failure = reads.feed(await _next_chunk(response, reads.stage))
+                events, failure = reads.feed(await next_chunk(response, reads.stage))
                 passed = meter.passed(events)
                 if passed:
                     started = True
@@ -108,18 +108,18 @@ async def exchange_json(
     """One non-streamed exchange (`/embeddings`): the node's JSON answer, within `overall`; the same failures
     as `relay` (a `NodeFailure` to try another node, a node's own 4xx relayed as it is)."""
     clock = Clock(timeouts)
-    response = await _send(client, path, dumps(body), headers, clock.bound(clock.overall, "waiting for the node"))
+    response = await send(client, path, dumps(body), headers, clock.bound(clock.overall, "waiting for the node"))
     try:
-        await _check_status(response, clock)
+        await check_status(response, clock)
         answer = await _read_json(response, clock.bound(clock.overall, "reading the answer"))
     finally:
         response.release()
     if "error" in answer and "data" not in answer:
-        raise _reported_error(json.dumps(answer).encode())
+        raise reported_error(json.dumps(answer).encode())
     return answer
 
 
-async def _send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str], stage: Stage) -> NodeReply:
+async def send(client: NodeClient, path: str, payload: bytes, headers: dict[str, str], stage: Stage) -> NodeReply:
     try:
         return await client.post(path, payload, headers, stage[0])
     except TransportError as exc:
@@ -133,17 +133,20 @@ def _transport_failure(exc: TransportError, stage: Stage) -> NodeFailure:
     return NodeFailure("connection failed" if isinstance(exc, ConnectFailed) else "connection lost")
 
 
-async def _check_status(response: NodeReply, clock: Clock) -> None:
+Classifier = Callable[[int, bytes], NodeFailure | NodeRejection]  # a node's non-2xx status and body → the failure
+
+
+async def check_status(response: NodeReply, clock: Clock, classify: Classifier = failure_for_status) -> None:
     if 200 <= response.status < 300:
         return
-    content = await _read(response, clock.bound(clock.overall, "reading the node's error"))
-    failure = failure_for_status(response.status, content)
+    content = await read_all(response, clock.bound(clock.overall, "reading the node's error"))
+    failure = classify(response.status, content)
     if isinstance(failure, NodeFailure):
         log.warning("node answered %s: %s", response.status, node_error(content, response.status).get("message"))
     raise failure
 
 
-async def _read(response: NodeReply, stage: Stage) -> bytes:
+async def read_all(response: NodeReply, stage: Stage) -> bytes:
     try:
         return await response.read(stage[0])
     except TransportError as exc:
@@ -151,7 +154,7 @@ async def _read(response: NodeReply, stage: Stage) -> bytes:
 
 
 async def _read_json(response: NodeReply, stage: Stage) -> dict[str, Any]:
-    content = await _read(response, stage)
+    content = await read_all(response, stage)
     try:
         body = loads(content)
     except ValueError:
@@ -163,13 +166,13 @@ async def _read_json(response: NodeReply, stage: Stage) -> dict[str, Any]:
 
 def _body_events(body: dict[str, Any], parse: Parser, key: str) -> list[Event]:
     if "error" in body and "choices" not in body:
-        raise _reported_error(json.dumps(body).encode())
+        raise reported_error(json.dumps(body).encode())
     events = parse(body, key)
     usage = usage_of(body)
     return [*events, usage] if usage is not None else events
 
 
-def _is_event_stream(response: NodeReply) -> bool:
+def is_event_stream(response: NodeReply) -> bool:
     return response.content_type == "text/event-stream"
 
 
@@ -200,7 +203,7 @@ class StreamReads:
         return coalesced(events), failure
 
 
-async def _next_chunk(response: NodeReply, stage: Stage) -> bytes | None:
+async def next_chunk(response: NodeReply, stage: Stage) -> bytes | None:
     try:
         return await response.next_piece(stage[0])
     except TransportError as exc:
@@ -230,13 +233,13 @@ def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:
     except ValueError:
         raise NodeFailure("the node sent a chunk that is not JSON") from None
     if message.event == "error" and isinstance(chunk, dict):
-        raise _reported_error(message.data.encode())
+        raise reported_error(message.data.encode())
     if not isinstance(chunk, dict):
         raise NodeFailure("the node sent a chunk that is not a JSON object")
     return _body_events(chunk, parse, "delta")
 
 
-def _reported_error(content: bytes) -> NodeFailure:
+def reported_error(content: bytes) -> NodeFailure:
     """An error the node sent in place of an answer (or mid-stream); its message is the node's, kept short."""
     message = str(node_error(content, 200).get("message") or "unspecified")
     return NodeFailure(f"node error: {message[:_MAX_REASON]}")

@@ -3,6 +3,11 @@
 The call is the chat endpoints' (`openai.serving.run_call`): the same key checks, limits, budget, ledger row
 (endpoint `responses`), metrics and request log, and the same backend `chat(...)`, so upstream nodes that speak
 chat serve Responses clients too.
+
+A model whose members are all nodes that declare `native_apis: [responses]` gets the body as sent instead
+(only `model` rewritten) and answers with the node's own response (`openai/relayed.py`); it is still validated
+and translated here, for the same 400s and for admission. Such responses are the node's: stored there, not
+here, and a `previous_response_id` is passed on for the node to resolve.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tokenrelay.backends.base import Backend, Events
+from tokenrelay.backends.upstream.native import NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, from_validation_error
+from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import read_body
+from tokenrelay.openai.relayed import relayed_response, relays
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.responses import translate
 from tokenrelay.openai.responses.ids import new_id
@@ -45,8 +53,11 @@ async def create_response(request: Request) -> Response:
 
 
 async def _respond(request: Request, call: Call, services: Any) -> Response:
-    body = parse(await read_body(request.receive))
+    raw = await read_body(request.receive)
+    body = parse(raw)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
+    if relays(await services.backend(body.model), ENDPOINT):
+        return await _relay(request, call, services, body, raw)
     store: ResponseStore = services.responses
     context = await _context(store, body, call.key_id)
     items = translate.input_items(body)
@@ -64,6 +75,16 @@ async def _respond(request: Request, call: Call, services: Any) -> Response:
         response = collected_response(head, await collect(events))
     await save(response)
     return ReportedResponse(response, report=report)
+
+
+async def _relay(request: Request, call: Call, services: Any, body: ResponsesRequest, raw: bytes) -> Response:
+    """The body as sent to a node that serves Responses itself. The node keeps its responses: a
+    `previous_response_id` goes to it as sent, and nothing is stored here (so the gateway's own
+    `GET`/`DELETE /v1/responses/{id}` do not know a relayed response's id)."""
+    chat = translate.chat_request(body, translate.Conversation([], translate.input_items(body)))
+    backend = await services.admit(call, chat)
+    native = NativeRequest(ENDPOINT, loads(raw), chat)
+    return await relayed_response(request, call, services, backend, native, error_event)
 
 
 async def _context(store: ResponseStore, body: ResponsesRequest, key_id: str | None) -> list[dict[str, Any]]:

@@ -1,0 +1,69 @@
+"""Answering with a node's own answer: a Responses or Messages request relayed natively (`backends/upstream/native.py`).
+
+The endpoints parse, translate (for admission: the key's limits and budget see the same request as chat) and
+admit as they always do; then, for a model whose nodes all serve the API themselves, the node's bytes go back
+as they came: a stream through the same `EventStream` (disconnects cancel the exchange, the call is reported
+once it ends), a whole body through `ReportedResponse`. The call record sees `Served`, `Raw` and the `Usage`
+the relay read from the answer, so ledger rows, metrics and the request log are those of any other call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tokenrelay.backends.base import Backend, Events, Raw
+from tokenrelay.backends.upstream.backend import RoutedBackend
+from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
+from tokenrelay.calls.record import Call, aclose_quietly, observed
+from tokenrelay.errors import APIError, Overloaded
+from tokenrelay.openai.disconnect import cancel_on_disconnect
+from tokenrelay.openai.render import Chunk
+from tokenrelay.openai.serving import ReportedResponse, streamed
+from tokenrelay.openai.sse import RawFraming
+
+
+def relays(backend: Backend, api: NativeApi) -> bool:
+    """Whether `backend`'s requests to `api` go to its nodes as sent (every member declares the API)."""
+    return isinstance(backend, RoutedBackend) and backend.relays(api)
+
+
+async def relayed_response(
+    request: Request,
+    call: Call,
+    services: Any,
+    backend: Backend,
+    native: NativeRequest,
+    error_body: Callable[[APIError], Chunk],
+) -> Response:
+    """The node's answer to the admitted `native` request; `error_body` writes a failure after the first byte
+    as the API's `error` event."""
+    if not isinstance(backend, RoutedBackend):  # the model's nodes went while it was admitted
+        raise Overloaded("No upstream node is available for this model right now; retry later.")
+    events = observed(backend.relay(native, call.request_id), call)
+    report = functools.partial(services.end_call, call)
+    if native.stream:
+        return await streamed(raw_pieces(events), report, RawFraming(error_body))
+    with cancel_on_disconnect(request.receive):
+        content = b"".join([piece async for pieces in raw_pieces(events) for piece in pieces])
+    return ReportedResponse(content, report=report)
+
+
+async def raw_pieces(batches: AsyncIterator[Events]) -> AsyncIterator[list[bytes]]:
+    """The node's bytes, a list per batch (one write each), without the batches that carry none."""
+    try:
+        async for events in batches:
+            pieces = [event.data for event in events if isinstance(event, Raw)]
+            if pieces:
+                yield pieces
+    finally:
+        await aclose_quietly(batches)
+
+
+def forwarded_headers(request: Request, names: tuple[str, ...]) -> dict[str, str]:
+    """The client's headers among `names` that it sent, for the node."""
+    return {name: value for name in names if (value := request.headers.get(name)) is not None}

@@ -1,0 +1,154 @@
+"""A gateway in front of another tokenrelay that serves `/v1/responses` and `/v1/messages` itself, declared with
+`native_apis`: the requests go to the node as sent and its answers come back as they are, equal to asking the node
+directly, with a ledger row at the gateway for each call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+import yaml
+from accounting_support import ledger_rows, sqlite_url
+from servers import Server, start_server, wait_ready
+
+CHAT_MODEL = "smollm2-135m-instruct"
+MODEL = "native"  # the gateway's id for the node's model
+
+
+@dataclass
+class Pair:
+    gateway: Server
+    node: Server
+    database: str
+
+    def openai(self, server: Server) -> openai.OpenAI:
+        return server.client()
+
+    def anthropic(self, server: Server) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=server.base_url, api_key="none", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    tmp = tmp_path_factory.mktemp("native-relay")
+    node = start_server(tmp, "--slots", "2", "--threads", "1", wait=False)
+    started = [node]
+    try:
+        wait_ready(node)
+        upstream = {"url": f"{node.base_url}/v1", "model": CHAT_MODEL, "native_apis": ["responses", "messages"]}
+        config = {"routing": {"health": {"probe_interval": 0}}, "models": [{"id": MODEL, "upstreams": [upstream]}]}
+        path = tmp / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        database = sqlite_url(tmp)
+        gateway = start_server(tmp, "--config", str(path), "--database-url", database)
+        started.append(gateway)
+        yield Pair(gateway, node, database)
+    finally:
+        for server in started:
+            server.stop()
+
+
+def ledger_row(pair: Pair, request_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        rows = [r for r in ledger_rows(pair.database) if r["request_id"] == request_id]
+        if rows:
+            return rows[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no ledger row for {request_id}")
+
+
+def response_body(**extra: Any) -> dict[str, Any]:
+    return {
+        "input": "Say hello to Ada.",
+        "instructions": "Be brief.",
+        "temperature": 0,
+        "max_output_tokens": 12,
+    } | extra
+
+
+def test_a_response_is_the_nodes_own(pair: Pair) -> None:
+    raw = pair.openai(pair.gateway).responses.with_raw_response.create(model=MODEL, **response_body())
+    relayed = raw.parse()
+    direct = pair.openai(pair.node).responses.create(model=CHAT_MODEL, **response_body())
+    assert relayed.output_text and relayed.output_text == direct.output_text
+    assert relayed.model == direct.model == CHAT_MODEL  # the node's answer, as the node wrote it
+    assert relayed.usage is not None and direct.usage is not None
+    assert relayed.usage.model_dump() == direct.usage.model_dump()
+    row = ledger_row(pair, raw.headers["x-request-id"])
+    assert (row["endpoint"], row["model"], row["status"], row["streamed"]) == ("responses", MODEL, 200, False)
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (relayed.usage.input_tokens, relayed.usage.output_tokens)
+    assert not row["usage_estimated"]
+
+
+def test_a_response_stream_is_the_nodes_own(pair: Pair) -> None:
+    with pair.openai(pair.gateway).responses.stream(model=MODEL, **response_body()) as stream:
+        relayed = list(stream)
+    with pair.openai(pair.node).responses.stream(model=CHAT_MODEL, **response_body()) as stream:
+        direct = list(stream)
+    assert [e.type for e in relayed] == [e.type for e in direct]
+    assert [e.sequence_number for e in relayed] == list(range(len(relayed)))
+    deltas = "".join(e.delta for e in relayed if e.type == "response.output_text.delta")
+    assert deltas and deltas == relayed[-1].response.output_text == direct[-1].response.output_text
+    assert relayed[-1].response.usage == direct[-1].response.usage
+
+
+def test_stored_responses_are_the_nodes(pair: Pair) -> None:
+    gateway = pair.openai(pair.gateway)
+    first = gateway.responses.create(model=MODEL, **response_body())
+    # The node made and keeps it: the node continues it, and retrieves it; the gateway does not know it.
+    follow = gateway.responses.create(model=MODEL, **response_body(input="And to Bob?", previous_response_id=first.id))
+    assert follow.previous_response_id == first.id and follow.output_text
+    assert pair.openai(pair.node).responses.retrieve(first.id).output_text == first.output_text
+    with pytest.raises(openai.NotFoundError):
+        gateway.responses.retrieve(first.id)
+    # An id the node does not have is the client's mistake, as the node says: not a failed node.
+    with pytest.raises(openai.NotFoundError) as missing:
+        gateway.responses.create(model=MODEL, **response_body(previous_response_id="resp_nowhere"))
+    assert missing.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+ASK = [{"role": "user", "content": "Name three colours."}]
+
+
+def test_a_message_is_the_nodes_own(pair: Pair) -> None:
+    body: dict[str, Any] = {"max_tokens": 12, "messages": ASK, "extra_body": {"temperature": 0}}
+    raw = pair.anthropic(pair.gateway).messages.with_raw_response.create(model=MODEL, **body)
+    relayed = raw.parse()
+    direct = pair.anthropic(pair.node).messages.create(model=CHAT_MODEL, **body)
+    assert relayed.content and relayed.content == direct.content
+    assert (relayed.stop_reason, relayed.usage) == (direct.stop_reason, direct.usage)
+    row = ledger_row(pair, raw.headers["x-request-id"])
+    assert (row["endpoint"], row["model"], row["status"]) == ("messages", MODEL, 200)
+    usage = relayed.usage
+    prompt = usage.input_tokens + (usage.cache_read_input_tokens or 0)
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (prompt, usage.output_tokens)
+    assert not row["usage_estimated"]
+
+
+def test_a_message_stream_is_the_nodes_own(pair: Pair) -> None:
+    body: dict[str, Any] = {"max_tokens": 12, "messages": ASK, "extra_body": {"temperature": 0}}
+    with pair.anthropic(pair.gateway).messages.stream(model=MODEL, **body) as stream:
+        deltas = list(stream.text_stream)
+        relayed = stream.get_final_message()
+    with pair.anthropic(pair.node).messages.stream(model=CHAT_MODEL, **body) as stream:
+        direct = stream.get_final_message()
+    assert len(deltas) > 1 and "".join(deltas) == relayed.content[0].text  # type: ignore[union-attr]
+    assert relayed.content == direct.content
+    assert (relayed.stop_reason, relayed.usage) == (direct.stop_reason, direct.usage)
+
+
+def test_a_nodes_400_reaches_the_client_in_the_apis_shape(pair: Pair) -> None:
+    # More output than the node's context holds: the gateway (which knows no context length for the node's
+    # model) admits it, the node refuses it, and the client gets the node's own answer.
+    with pytest.raises(anthropic.BadRequestError) as relayed:
+        pair.anthropic(pair.gateway).messages.create(model=MODEL, max_tokens=20_000, messages=ASK)
+    with pytest.raises(anthropic.BadRequestError) as direct:
+        pair.anthropic(pair.node).messages.create(model=CHAT_MODEL, max_tokens=20_000, messages=ASK)
+    assert relayed.value.body == direct.value.body
+    assert relayed.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -136,12 +136,7 @@ class RoutedBackend:
     async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
         """The first member's answer that comes; a member that fails is passed over for the next, as for chat."""
         failures: list[NodeFailure] = []
-        tried: set[str] = set()
-        while len(tried) < self.routing.max_attempts:
-            member = choose(self.members, tried, None, self.routing.affinity)
-            if member is None:
-                break
-            tried.add(member.name)
+        for member in self._attempts(lambda: self.members, None):
             self._begin(member)
             started = time.monotonic()
             try:
@@ -198,12 +193,7 @@ class RoutedBackend:
         affinity = self.routing.affinity
         key = prefix_key(prompt_text(request), affinity) if affinity.enabled else None
         failures: list[NodeFailure] = []
-        tried: set[str] = set()
-        while len(tried) < self.routing.max_attempts:
-            member = choose(candidates(), tried, key, affinity)
-            if member is None:
-                break
-            tried.add(member.name)
+        for member in self._attempts(candidates, key):
             # One member's answer, inline rather than a generator of its own (one layer less for every event):
             # `NodeFailure` before its first event passes the request on; after it, the stream is broken.
             self._begin(member)
@@ -228,6 +218,17 @@ class RoutedBackend:
             finally:
                 await self._end(member)
         raise exhausted(failures)
+
+    def _attempts(self, candidates: Callable[[], Sequence[M]], key: str | None) -> Iterator[M]:
+        """Members in the order routing picks them, each at most once and at most `max_attempts` in all;
+        `candidates` is asked again at each attempt, as nodes come and go."""
+        tried: set[str] = set()
+        while len(tried) < self.routing.max_attempts:
+            member = choose(candidates(), tried, key, self.routing.affinity)
+            if member is None:
+                return
+            tried.add(member.name)
+            yield member
 
     async def _first(self, member: Member, events: AsyncIterator[Events]) -> Events:
         try:

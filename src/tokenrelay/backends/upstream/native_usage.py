@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from tokenrelay.backends.base import TextDelta, Usage
-from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.metering import Meter
-from tokenrelay.backends.upstream.relay import reported_error
+from tokenrelay.backends.upstream.relay import json_object, reported_error
 from tokenrelay.backends.upstream.sse_parse import SSEMessage
 from tokenrelay.jsonbytes import dumps, loads
 
@@ -37,12 +36,7 @@ class AnswerReader:
     # A whole body ---------------------------------------------------------------------------------
     def body(self, content: bytes) -> None:
         """Read a whole JSON answer; an error body (or one that is not a JSON object) is the node's failure."""
-        try:
-            body = loads(content)
-        except ValueError:
-            raise NodeFailure("the node's answer is not JSON") from None
-        if not isinstance(body, dict):
-            raise NodeFailure("the node's answer is not a JSON object")
+        body = json_object(content)
         if _is_error(self.api, body):
             raise reported_error(content)
         self._take_usage(body.get("usage"))

@@ -154,7 +154,11 @@ async def read_all(response: NodeReply, stage: Stage) -> bytes:
 
 
 async def _read_json(response: NodeReply, stage: Stage) -> dict[str, Any]:
-    content = await read_all(response, stage)
+    return json_object(await read_all(response, stage))
+
+
+def json_object(content: bytes) -> dict[str, Any]:
+    """A node's whole answer as a JSON object; anything else is the node's failure."""
     try:
         body = loads(content)
     except ValueError:

@@ -19,7 +19,7 @@ from tokenrelay.anthropic.messages.translate import to_chat
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
 from tokenrelay.openai.disconnect import cancel_on_disconnect
-from tokenrelay.openai.parsing import read_body
+from tokenrelay.openai.parsing import read_body, validate_strict
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
 from tokenrelay.openai.sse import NamedFraming
@@ -69,6 +69,6 @@ async def parse(request: Request, model: type[Body]) -> Body:
     if not raw.strip():
         raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
     try:
-        return model.model_validate_json(raw, strict=True)
+        return validate_strict(model, raw)
     except ValidationError as exc:
         raise invalid_body(exc) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator, model_validator
 
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.common import WireModel
@@ -180,7 +180,8 @@ class ResponsesRequest(WireModel):
     store: bool | None = None
     stream: bool | None = None
     previous_response_id: str | None = None
-    reasoning: dict[str, Any] | None = None
+    # Refused when set (no model here has reasoning controls), with a message that says so.
+    reasoning: Annotated[dict[str, Any] | None, WithJsonSchema({"type": "null"})] = None
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -45,6 +45,10 @@ def schemathesis_run(server: Server, tmp: Path, *selection: str) -> subprocess.C
         "1",
         "--seed",
         "1",
+        # The coverage phase builds its cases without the hooks (contract_hooks.py): its boundary values would
+        # break the rules between fields that the hooks keep.
+        "--phases",
+        "examples,fuzzing,stateful",
         "-H",
         f"Authorization: Bearer {ADMIN_KEY}",
         "--report-dir",

@@ -30,7 +30,9 @@ def filter_body(ctx: Any, body: Any) -> bool:
     path = _path(ctx)
     if path == "/v1/chat/completions":
         return _choices_named(body) and _tool_answers_made(body)
-    if path in ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses"):
+    if path in ("/v1/messages", "/v1/messages/count_tokens"):
+        return _tool_choice_listed(body) and _ends_with_user(body)
+    if path == "/v1/responses":
         return _tool_choice_listed(body)
     if path == "/v1/completions":
         return _best_of_fits(body)
@@ -82,6 +84,16 @@ def _tool_choice_listed(body: dict[str, Any]) -> bool:
     name = _named(body.get("tool_choice"))
     tools = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
     return name is None or name in tools
+
+
+def _ends_with_user(body: dict[str, Any]) -> bool:
+    """Messages: the last message is the user's (continuing an assistant message is not served)."""
+    messages = body.get("messages")
+    return not isinstance(messages, list) or not messages or _role(messages[-1]) == "user"
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, dict) else None
 
 
 def _tool_answers_made(body: dict[str, Any]) -> bool:

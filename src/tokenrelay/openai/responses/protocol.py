@@ -161,8 +161,17 @@ class TextConfig(ItemModel):
     format: TextFormat | None = None
 
 
+def _document_unserved(schema: dict[str, Any]) -> None:
+    """In the published schema: no unknown fields, and the unserved parameters only without a value."""
+    schema["additionalProperties"] = False
+    unset = {"anyOf": [{"type": "null"}, {"const": False}, {"type": "array", "maxItems": 0}]}
+    schema["properties"].update({name: {**unset, "description": "not served here"} for name in UNSUPPORTED})
+
+
 class ResponsesRequest(WireModel):
     """The body of `POST /v1/responses` (the parameters this server serves)."""
+
+    model_config = ConfigDict(json_schema_extra=_document_unserved)
 
     model: Annotated[str, Field(min_length=1)]
     input: str | Annotated[list[InputItem], Field(min_length=1)]

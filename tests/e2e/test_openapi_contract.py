@@ -25,7 +25,8 @@ REGISTER_NODE = "POST /admin/nodes"
 def contract_server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     tmp = tmp_path_factory.mktemp("contract")
     env = {"TOKENRELAY_ADMIN_KEY": ADMIN_KEY, "TOKENRELAY_ENGINE__SLOTS": "2"}
-    srv = start_server(tmp, env=env)
+    # A database of its own: the run creates keys, which would lock the shared test server's database.
+    srv = start_server(tmp, "--database-url", f"sqlite:///{tmp / 'contract.db'}", env=env)
     yield srv
     srv.stop()
 

@@ -47,12 +47,17 @@ class EngineSettings(BaseModel):
     )
 
 
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+_NODE_URL = rf"^https?://([^\s/?#@\[\]]+@)?([A-Za-z0-9._~%-]+|\[[0-9A-Fa-f:.]+\])(:{_PORT})?([/?#]\S*)?$"
+
+
 class UpstreamSettings(BaseModel):
     """One OpenAI-compatible node serving a model (its base URL ends where `/chat/completions` is appended)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(pattern=r"^https?://\S+$")
+    # A host (a name, IPv4 or a bracketed IPv6 address), an optional port and path: what `urlsplit` takes apart.
+    url: str = Field(pattern=_NODE_URL)
     name: str | None = Field(default=None, min_length=1, description="label in logs and status (default: host:port)")
     model: str | None = Field(default=None, description="the node's own name for the model (default: the id)")
     api_key: SecretStr | None = None

@@ -99,7 +99,7 @@ class UpstreamError(APIError):
 
 def from_validation_error(exc: ValidationError) -> InvalidRequest:
     """Turn pydantic's first complaint into one OpenAI-style 400 naming the field."""
-    first = exc.errors(include_url=False)[0]
+    first = max(exc.errors(include_url=False), key=_news)
     loc = [str(part) for part in first.get("loc", ()) if not _is_union_tag(part)]
     param = ".".join(loc) or None
     kind = first.get("type", "")
@@ -110,10 +110,19 @@ def from_validation_error(exc: ValidationError) -> InvalidRequest:
     return InvalidRequest(f"Invalid value{where}: {message}", param=param, code="invalid_value")
 
 
+def _news(error: Any) -> tuple[bool, int]:
+    """How much a complaint says about what was sent: of a union's branches, one whose type matched the value
+    (so a value was wrong, not its type) and then the deepest; the first among equals."""
+    loc = [part for part in error.get("loc", ()) if not _is_union_tag(part)]
+    return not str(error.get("type", "")).endswith("_type"), len(loc)
+
+
 def _is_union_tag(part: object) -> bool:
     # pydantic puts union member names (e.g. "str", "list[int]", "function-after[...]") into `loc`;
     # they mean nothing to a client reading `param`.
-    return isinstance(part, str) and ("[" in part or part in {"str", "int", "list", "dict", "bool", "float"})
+    return isinstance(part, str) and (
+        "[" in part or part.startswith("constrained-") or part in {"str", "int", "list", "dict", "bool", "float"}
+    )
 
 
 def error_response(exc: APIError) -> JSONResponse:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from tokenrelay.admin.guard import require_admin
 from tokenrelay.observability.metrics import CONTENT_TYPE_LATEST
@@ -11,7 +11,7 @@ from tokenrelay.observability.metrics import CONTENT_TYPE_LATEST
 router = APIRouter()
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, response_description="Prometheus text format.")
 async def metrics(request: Request) -> Response:
     services = request.app.state.services
     if services.settings.metrics_require_admin:

@@ -16,12 +16,14 @@ from pydantic import Field
 from starlette.responses import JSONResponse, Response
 
 from tokenrelay.admin.guard import require_admin
+from tokenrelay.apidoc.errors import error_responses
+from tokenrelay.apidoc.operations import json_body
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.config import UpstreamSettings
 from tokenrelay.errors import InvalidRequest, NotFound
 from tokenrelay.openai.parsing import validate_json
 
-router = APIRouter(prefix="/admin/nodes", dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/admin/nodes", dependencies=[Depends(require_admin)], responses=error_responses(401, 403))
 
 
 class NodeRegistration(UpstreamSettings):
@@ -55,7 +57,12 @@ async def list_nodes(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [row for b in _routed(request) for row in _listing(b)]})
 
 
-@router.post("")
+@router.post(
+    "",
+    status_code=201,
+    openapi_extra=json_body(NodeRegistration),
+    responses={200: {"description": "A node of that name was replaced."}, **error_responses(400)},
+)
 async def register_node(request: Request) -> JSONResponse:
     registration = validate_json(NodeRegistration, await request.body())
     upstream, model_id = registration.upstream(), registration.model_id
@@ -75,7 +82,7 @@ async def register_node(request: Request) -> JSONResponse:
     return JSONResponse(_listing(backend, [upstream.label])[0], status_code=200 if replaced else 201)
 
 
-@router.delete("/{name}")
+@router.delete("/{name}", status_code=204, responses=error_responses(404))
 async def remove_node(name: str, request: Request, model_id: str | None = None) -> Response:
     """Remove the registered node `name` from every model it serves, or from `model_id` only."""
     nodes = request.app.state.services.nodes

@@ -4,28 +4,38 @@ for admin keys only."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import JSONResponse
 
 from tokenrelay.admin.guard import require_admin
+from tokenrelay.apidoc.errors import error_responses
+from tokenrelay.apidoc.operations import json_body
 from tokenrelay.auth.keyspec import KeyCreate
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.openai.parsing import validate_json
 from tokenrelay.store.timeutil import parse_instant, utcnow
 from tokenrelay.usage.report import GROUPINGS, UsageQuery, usage_report
 from tokenrelay.usage.series import DEFAULT_LIMIT, MAX_LIMIT, SERIES_GROUPINGS, SeriesQuery, usage_series
-from tokenrelay.usage.window import BUCKETS, window
+from tokenrelay.usage.window import Bucket, window
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], responses=error_responses(401, 403))
+
+# A date (2026-01-31) or an ISO 8601 date-time (naive means UTC).
+Instant = Annotated[
+    str | None,
+    Query(
+        json_schema_extra={"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}
+    ),
+]
 
 
 def _accounting(request: Request) -> Any:
     return request.app.state.services.accounting
 
 
-@router.post("/keys")
+@router.post("/keys", status_code=201, openapi_extra=json_body(KeyCreate), responses=error_responses(400, 409))
 async def create_key(request: Request) -> JSONResponse:
     wanted = validate_json(KeyCreate, await request.body())
     record, secret = await _accounting(request).keys.create(wanted.spec())
@@ -39,17 +49,17 @@ async def list_keys(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [r.to_json() for r in records]})
 
 
-@router.get("/keys/{ref}")
+@router.get("/keys/{ref}", responses=error_responses(404))
 async def get_key(ref: str, request: Request) -> JSONResponse:
     return JSONResponse((await _accounting(request).keys.get(ref)).to_json())
 
 
-@router.delete("/keys/{ref}")
+@router.delete("/keys/{ref}", responses=error_responses(404))
 async def revoke_key(ref: str, request: Request) -> JSONResponse:
     return JSONResponse((await _accounting(request).keys.revoke(ref)).to_json())
 
 
-@router.post("/keys/{ref}/rotate")
+@router.post("/keys/{ref}/rotate", responses=error_responses(404, 409))
 async def rotate_key(ref: str, request: Request) -> JSONResponse:
     record, secret = await _accounting(request).keys.rotate(ref)
     return JSONResponse({**record.to_json(), "key": secret})
@@ -62,24 +72,14 @@ def _instant(text: str | None, param: str) -> datetime | None:
         raise InvalidRequest(str(exc), param=param) from None
 
 
-def _one_of(value: str | None, allowed: tuple[str, ...], param: str) -> None:
-    if value is not None and value not in allowed:
-        raise InvalidRequest(f"`{param}` must be one of {', '.join(allowed)}.", param=param)
-
-
-def _count(text: str | None, param: str, default: int, most: int) -> int:
-    if text is None:
-        return default
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= most:
-        raise InvalidRequest(f"`{param}` must be a whole number from 1 to {most}.", param=param)
-    return int(text)
-
-
-@router.get("/usage")
+@router.get("/usage", responses=error_responses(400))
 async def get_usage(
-    request: Request, key: str | None = None, model: str | None = None, since: str | None = None, by: str | None = None
+    request: Request,
+    key: str | None = None,
+    model: str | None = None,
+    since: Instant = None,
+    by: Literal[GROUPINGS] | None = None,  # type: ignore[valid-type]
 ) -> JSONResponse:
-    _one_of(by, GROUPINGS, "by")
     start = _instant(since, "since")
     accounting = _accounting(request)
     await accounting.ledger.flush()  # this replica's queued rows count too
@@ -87,20 +87,20 @@ async def get_usage(
     return JSONResponse(report)
 
 
-@router.get("/usage/series")
+@router.get("/usage/series", responses=error_responses(400))
 async def get_usage_series(
     request: Request,
-    bucket: str = "hour",
-    by: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
+    bucket: Bucket = "hour",
+    by: Literal[SERIES_GROUPINGS] | None = None,  # type: ignore[valid-type]
+    since: Annotated[
+        Instant, Query(description="The window's start; with `until`, at most a year of days or two weeks of hours.")
+    ] = None,
+    until: Instant = None,
     key: str | None = None,
     model: str | None = None,
-    limit: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
 ) -> JSONResponse:
-    _one_of(bucket, BUCKETS, "bucket")
-    _one_of(by, SERIES_GROUPINGS, "by")
-    shown = _count(limit, "limit", DEFAULT_LIMIT, MAX_LIMIT)
+    shown = limit
     try:
         span = window(bucket, _instant(since, "since"), _instant(until, "until"), utcnow())
     except ValueError as exc:

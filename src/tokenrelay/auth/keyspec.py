@@ -4,31 +4,37 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from tokenrelay.auth.keystore import KeySpec
-from tokenrelay.store.timeutil import parse_expiry, utcnow
+from tokenrelay.store.timeutil import DURATION_PATTERN, parse_expiry, utcnow
 
 PositiveLimit = Annotated[int, Field(ge=1)]
+# A duration from now or a moment; either must be in the future (and before the year 10000).
+Expiry = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": DURATION_PATTERN},
+                {"type": "string", "format": "date"},
+                {"type": "string", "format": "date-time"},
+            ]
+        }
+    ),
+]
 
 
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:\-]*$")]
-    models: list[Annotated[str, Field(min_length=1)]] | None = None
+    models: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
     rpm: PositiveLimit | None = None
     tpm: PositiveLimit | None = None
     budget_tokens: Annotated[int, Field(ge=0)] | None = None
-    expires: str | None = Field(default=None, description="30d, 12h, 2w ... from now, or an ISO date / date-time")
+    expires: Expiry | None = Field(default=None, description="30d, 12h, 2w ... from now, or an ISO date / date-time")
     admin: bool = False
-
-    @field_validator("models")
-    @classmethod
-    def _some_models(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not value:
-            raise ValueError("models must list at least one model id (leave it out for every model)")
-        return value
 
     @field_validator("expires")
     @classmethod

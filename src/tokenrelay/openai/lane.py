@@ -15,12 +15,14 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from tokenrelay.apidoc.operations import lane_operation
 from tokenrelay.auth.bearer import scope_bearer_token
 from tokenrelay.auth.middleware import authenticate
 from tokenrelay.calls.request_ids import assign_request_id
@@ -28,23 +30,43 @@ from tokenrelay.errors import APIError, InvalidRequest, error_response
 from tokenrelay.openai.chat.serving import ChatEndpoint
 from tokenrelay.openai.completions.serving import CompletionsEndpoint
 from tokenrelay.openai.serving import handle
+from tokenrelay.protocol.chat import ChatCompletionRequest
+from tokenrelay.protocol.completions import CompletionRequest
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One POST path of the lane: what answers it, how its errors look, where its key is read from."""
+    """One POST path of the lane: what answers it, how its errors look, where its key is read from, and its
+    operation in the OpenAPI document (FastAPI does not see these paths)."""
 
     respond: Callable[[Request], Awaitable[Response]]
     error: Callable[[APIError], Response] = error_response
     key: Callable[[Scope], str | None] = scope_bearer_token
+    openapi: dict[str, Any] | None = None
+
+
+# What a generation can answer with besides its result (the key check adds 401 and 503 in the document).
+GENERATION_ERRORS = (400, 404, 413, 429, 502, 503)
 
 
 def openai_routes() -> dict[str, Route]:
+    chat = lane_operation(
+        ChatCompletionRequest,
+        summary="Create chat completion",
+        answer="A chat.completion object, or with `stream: true` its chunks (SSE, ending with [DONE]).",
+        statuses=GENERATION_ERRORS,
+    )
+    completion = lane_operation(
+        CompletionRequest,
+        summary="Create completion",
+        answer="A text_completion object, or with `stream: true` its chunks (SSE, ending with [DONE]).",
+        statuses=GENERATION_ERRORS,
+    )
     return {
-        "/v1/chat/completions": Route(functools.partial(handle, endpoint=ChatEndpoint())),
-        "/v1/completions": Route(functools.partial(handle, endpoint=CompletionsEndpoint())),
+        "/v1/chat/completions": Route(functools.partial(handle, endpoint=ChatEndpoint()), openapi=chat),
+        "/v1/completions": Route(functools.partial(handle, endpoint=CompletionsEndpoint()), openapi=completion),
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.auth.principal import Principal
 from tokenrelay.backends.base import Backend
 from tokenrelay.errors import ModelNotFound
@@ -29,14 +30,14 @@ async def list_models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [model_body(b) for b in backends]})
 
 
-@router.get("/v1/models/{model_id:path}")
+@router.get("/v1/models/{model_id:path}", responses=error_responses(404))
 async def get_model(model_id: str, request: Request) -> JSONResponse:
     if not caller(request).may_use(model_id):
         raise ModelNotFound(model_id)
     return JSONResponse(model_body(request.app.state.services.registry.get(model_id)))
 
 
-@router.get("/health")
+@router.get("/health", responses={503: {"description": "Some model is not ready yet (same body)."}})
 async def health(request: Request) -> JSONResponse:
     services = request.app.state.services
     ready = services.ready()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import Receive
 
@@ -17,6 +18,7 @@ log = logging.getLogger(__name__)
 
 Model = TypeVar("Model", bound=GenerationRequest)
 Wire = TypeVar("Wire", bound=WireModel)
+Strict = TypeVar("Strict", bound=BaseModel)
 
 MAX_BODY_BYTES = 32 << 20
 
@@ -51,9 +53,36 @@ async def read_body(receive: Receive) -> bytes:
 def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None = None) -> Wire:
     """Strict JSON validation; any complaint becomes one OpenAI-style 400 naming the field."""
     try:
-        return model.model_validate_json(body, strict=True, context=context)
+        return validate_strict(model, body, context)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
+
+
+def validate_strict(model: type[Strict], body: bytes, context: dict[str, Any] | None = None) -> Strict:
+    """`model.model_validate_json` in strict mode, where a whole number written with a fraction (`2.0`) is still
+    an integer, as JSON Schema counts it; `ValidationError` for anything else."""
+    try:
+        return model.model_validate_json(body, strict=True, context=context)
+    except ValidationError as exc:
+        if not any(_whole_float(error) for error in exc.errors(include_url=False)):
+            raise
+    # Rare (a client that writes every number as a float), so the body is parsed once more only then.
+    return model.model_validate_json(json.dumps(_as_integers(json.loads(body))), strict=True, context=context)
+
+
+def _whole_float(error: Any) -> bool:
+    value = error.get("input")
+    return error.get("type") == "int_type" and isinstance(value, float) and value.is_integer()
+
+
+def _as_integers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_as_integers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _as_integers(item) for key, item in value.items()}
+    return value
 
 
 def _note_extras(request: Request, parsed: GenerationRequest) -> None:

@@ -9,6 +9,8 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 from starlette.responses import JSONResponse
 
+from tokenrelay.apidoc.errors import error_responses
+from tokenrelay.apidoc.operations import json_body
 from tokenrelay.errors import InvalidRequest, ModelNotFound
 from tokenrelay.openai.models import caller
 from tokenrelay.openai.parsing import validate_json
@@ -37,14 +39,14 @@ def _tokenizer(request: Request, model: str) -> Any:
     return backend
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", openapi_extra=json_body(TokenizeRequest), responses=error_responses(400, 404))
 async def tokenize(request: Request) -> JSONResponse:
     body = validate_json(TokenizeRequest, await request.body())
     tokens = _tokenizer(request, body.model).tokenize(body.prompt, add_special=body.add_special)
     return JSONResponse({"tokens": tokens, "count": len(tokens)})
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", openapi_extra=json_body(DetokenizeRequest), responses=error_responses(400, 404))
 async def detokenize(request: Request) -> JSONResponse:
     body = validate_json(DetokenizeRequest, await request.body())
     return JSONResponse({"prompt": _tokenizer(request, body.model).detokenize(body.tokens)})

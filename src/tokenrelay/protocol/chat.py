@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from tokenrelay.errors import InvalidRequest
-from tokenrelay.protocol.common import GenerationRequest, WireModel
+from tokenrelay.protocol.common import STREAM_OPTIONS_NEED_STREAM, GenerationRequest, WireModel, requires
 
 
 class TextPart(WireModel):
@@ -139,6 +139,12 @@ class JsonSchemaFormat(WireModel):
 
 
 class ResponseFormat(WireModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"type": {"const": "json_schema"}}},
+            "then": {"required": ["json_schema"], "properties": {"json_schema": {"type": "object"}}},
+        }
+    )
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -151,8 +157,33 @@ class ResponseFormat(WireModel):
         return self
 
 
+def _needs_list(choice: str, listed: str) -> dict[str, Any]:
+    """A JSON Schema rule: `required` or a named function as `choice` needs the `listed` functions."""
+    return {
+        "if": {
+            "required": [choice],
+            "properties": {choice: {"anyOf": [{"const": "required"}, {"type": "object"}]}},
+        },
+        "then": {"required": [listed], "properties": {listed: {"type": "array"}}},
+    }
+
+
 class ChatCompletionRequest(GenerationRequest):
+    # What JSON Schema can say of the rules between fields; a named tool choice must also name one of the
+    # `tools`, and a `tool` message answer a call an earlier assistant message made.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                STREAM_OPTIONS_NEED_STREAM,
+                requires("top_logprobs", "logprobs"),
+                _needs_list("tool_choice", "tools"),
+                _needs_list("function_call", "functions"),
+            ]
+        }
+    )
+
     messages: Annotated[list[Message], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
@@ -163,13 +194,6 @@ class ChatCompletionRequest(GenerationRequest):
     functions: Annotated[list[FunctionDef], Field(min_length=1)] | None = None
     function_call: Literal["none", "auto"] | NamedFunction | None = None
     service_tier: str | None = None
-
-    @field_validator("max_tokens")
-    @classmethod
-    def _chat_needs_one_token(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError("max_tokens must be at least 1")
-        return value
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -12,6 +12,19 @@ MAX_STOP_SEQUENCES = 4
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+StopSequence = Annotated[str, Field(min_length=1)]
+TokenId = Annotated[str, Field(pattern=r"^[0-9]+$")]
+
+
+def requires(field: str, other: str, value: object = True) -> dict[str, Any]:
+    """A JSON Schema rule of the published document: a non-null `field` needs `other` set to `value`."""
+    return {
+        "if": {"required": [field], "properties": {field: {"not": {"type": "null"}}}},
+        "then": {"required": [other], "properties": {other: {"const": value}}},
+    }
+
+
+STREAM_OPTIONS_NEED_STREAM = requires("stream_options", "stream")
 
 
 class WireModel(BaseModel):
@@ -27,14 +40,21 @@ class StreamOptions(WireModel):
 class GenerationRequest(WireModel):
     """What `/v1/completions` and `/v1/chat/completions` have in common."""
 
+    model_config = ConfigDict(json_schema_extra={"allOf": [STREAM_OPTIONS_NEED_STREAM]})
     model: Annotated[str, Field(min_length=1)]
     frequency_penalty: Penalty | None = None
     presence_penalty: Penalty | None = None
-    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
+    logit_bias: (
+        Annotated[
+            dict[TokenId, Annotated[float, Field(ge=-100.0, le=100.0)]],
+            Field(json_schema_extra={"additionalProperties": False}),  # every key is a token id
+        ]
+        | None
+    ) = None
     max_tokens: Annotated[int, Field(ge=0)] | None = None
     n: Annotated[int, Field(ge=1)] | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
-    stop: str | list[str] | None = None
+    stop: StopSequence | Annotated[list[StopSequence], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
@@ -42,24 +62,6 @@ class GenerationRequest(WireModel):
     # Not in the OpenAI API, but llama.cpp's and vLLM's servers take it (and Anthropic's Messages API has it).
     top_k: Annotated[int, Field(ge=1)] | None = None
     user: str | None = None
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _token_ids_are_integers(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for key in value or {}:
-            if not key.lstrip("-").isdigit() or int(key) < 0:
-                raise ValueError(f"logit_bias keys must be token ids (non-negative integers), got {key!r}")
-        return value
-
-    @field_validator("stop")
-    @classmethod
-    def _at_most_four_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
-        stops = [value] if isinstance(value, str) else value or []
-        if len(stops) > MAX_STOP_SEQUENCES:
-            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed, got {len(stops)}")
-        if any(s == "" for s in stops):
-            raise ValueError("stop sequences must not be empty strings")
-        return value
 
     @field_validator("n")
     @classmethod

@@ -9,7 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.common import GenerationRequest
 
-Prompt = str | list[str] | list[int] | list[list[int]]
+TokenIds = Annotated[list[int], Field(min_length=1)]
+Prompt = str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
 
 
 class CompletionRequest(GenerationRequest):

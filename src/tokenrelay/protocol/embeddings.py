@@ -4,20 +4,29 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.common import WireModel
 
 MAX_INPUTS = 2048  # the OpenAI API's limit on inputs per request
 
-TokenIds = list[Annotated[int, Field(ge=0)]]
-EmbeddingInput = str | list[str] | TokenIds | list[TokenIds]
+Text = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+EmbeddingInput = (
+    Text
+    | Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)]
+    | TokenIds
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_INPUTS)]
+)
 
 
 class EmbeddingRequest(WireModel):
     """`input` is one text, several texts, one token-id list or several; `dimensions` shortens the vectors
     of a model whose settings say its embeddings may be truncated."""
+
+    # Unknown fields are refused (below), so the document says so.
+    model_config = ConfigDict(json_schema_extra={"additionalProperties": False})
 
     model: Annotated[str, Field(min_length=1)]
     input: EmbeddingInput

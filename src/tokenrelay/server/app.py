@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Match
 
 from tokenrelay import __version__
 from tokenrelay.admin import metrics as metrics_route
 from tokenrelay.admin import nodes as admin_nodes
 from tokenrelay.admin import routes as admin_routes
 from tokenrelay.anthropic.messages import router as messages_router
+from tokenrelay.apidoc.document import install_document
 from tokenrelay.auth.middleware import KeyAuthMiddleware
 from tokenrelay.calls.request_ids import RequestIdMiddleware
 from tokenrelay.config import Settings
@@ -57,7 +61,9 @@ def create_app(settings: Settings) -> GenerationLane:
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app)
-    return GenerationLane(app, messages_router.routes())
+    lane = GenerationLane(app, messages_router.routes())
+    install_document(app, lane.routes, settings)
+    return lane
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -69,9 +75,40 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 404:
             return error_response(NotFound(f"Unknown path {request.url.path}."))
-        return error_response(InvalidRequest(str(exc.detail), status=exc.status_code, headers=dict(exc.headers or {})))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route on the path; a path may have several.
+            headers["Allow"] = ", ".join(allowed_methods(app, request))
+        return error_response(InvalidRequest(str(exc.detail), status=exc.status_code, headers=headers))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_parameters(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # A query or path parameter FastAPI validated: the API's 400 naming it, not FastAPI's 422.
+        first = exc.errors()[0]
+        param = str(first["loc"][-1]) if first.get("loc") else None
+        message = f"Invalid value for `{param}`: {first.get('msg', 'invalid value')}"
+        return error_response(InvalidRequest(message, param=param, code="invalid_value"))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
         return error_response(APIError("The server had an error while processing your request."))
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route serves on the request's path."""
+    return sorted(_methods(app.router.routes, {**request.scope, "root_path": ""}))
+
+
+def _methods(routes: Sequence[BaseRoute], scope: dict[str, Any]) -> set[str]:
+    methods: set[str] = set()
+    for route in routes:
+        # FastAPI keeps an included router whole, under the prefix it was included with.
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            prefix = route.include_context.prefix  # type: ignore[attr-defined]
+            if scope["path"].startswith(prefix):
+                methods |= _methods(included.routes, {**scope, "path": scope["path"][len(prefix) :]})
+        elif route.matches(scope)[0] is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return methods

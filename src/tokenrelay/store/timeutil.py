@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+DURATION_PATTERN = r"^\s*([0-9]+)\s*([smhdw])\s*$"
+_DURATION = re.compile(DURATION_PATTERN)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -37,7 +38,10 @@ def parse_expiry(text: str, now: datetime | None = None) -> datetime:
     if match is None:
         return parse_instant(text)
     amount, unit = int(match.group(1)), _UNITS[match.group(2)]
-    return (now or utcnow()) + timedelta(**{unit: amount})
+    try:
+        return (now or utcnow()) + timedelta(**{unit: amount})
+    except OverflowError:
+        raise ValueError(f"{text!r} ends after the year 9999") from None
 
 
 def iso(value: datetime | None) -> str | None:

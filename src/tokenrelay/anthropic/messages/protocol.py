@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from tokenrelay.protocol.common import MAX_STOP_SEQUENCES
 
@@ -123,7 +123,8 @@ class CountTokensRequest(Strict):
     system: str | list[TextBlock] | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
-    thinking: dict[str, Any] | None = None  # refused when set: no model here thinks (see `translate`)
+    # Refused when set, with a message that says why (see `translate`): no model here thinks.
+    thinking: Annotated[dict[str, Any] | None, WithJsonSchema({"type": "null"})] = None
     cache_control: CacheControl = None
 
 

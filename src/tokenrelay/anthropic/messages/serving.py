@@ -25,7 +25,7 @@ from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.disconnect import cancel_on_disconnect
-from tokenrelay.openai.parsing import read_body
+from tokenrelay.openai.parsing import read_body, validate_strict
 from tokenrelay.openai.relayed import forwarded_headers, relayed_response, relays
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
@@ -80,6 +80,6 @@ def validated(raw: bytes, model: type[Body]) -> Body:
     if not raw.strip():
         raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
     try:
-        return model.model_validate_json(raw, strict=True)
+        return validate_strict(model, raw)
     except ValidationError as exc:
         raise invalid_body(exc) from None

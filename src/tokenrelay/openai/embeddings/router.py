@@ -10,6 +10,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tokenrelay.apidoc.errors import error_responses
+from tokenrelay.apidoc.operations import json_body
 from tokenrelay.openai.embeddings.protocol import EmbeddingList
 from tokenrelay.openai.embeddings.serving import ENDPOINT, respond
 from tokenrelay.openai.serving import run_call
@@ -19,12 +21,7 @@ router = APIRouter()
 
 # The body is read and validated by the endpoint itself (strictly, with OpenAI-style 400s), so FastAPI is
 # only told its schema.
-_REQUEST_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": EmbeddingRequest.model_json_schema()}},
-    }
-}
+_REQUEST_BODY = json_body(EmbeddingRequest)
 
 
 @router.post(
@@ -32,6 +29,7 @@ _REQUEST_BODY = {
     summary="Create embeddings",
     response_model=EmbeddingList,
     openapi_extra=_REQUEST_BODY,
+    responses=error_responses(400, 404, 413, 429, 502, 503),
 )
 async def create_embeddings(request: Request) -> Response:
     return await run_call(request, ENDPOINT, respond)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator, model_validator
 
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.common import WireModel
@@ -161,8 +161,17 @@ class TextConfig(ItemModel):
     format: TextFormat | None = None
 
 
+def _document_unserved(schema: dict[str, Any]) -> None:
+    """In the published schema: no unknown fields, and the unserved parameters only without a value."""
+    schema["additionalProperties"] = False
+    unset = {"anyOf": [{"type": "null"}, {"const": False}, {"type": "array", "maxItems": 0}]}
+    schema["properties"].update({name: {**unset, "description": "not served here"} for name in UNSUPPORTED})
+
+
 class ResponsesRequest(WireModel):
     """The body of `POST /v1/responses` (the parameters this server serves)."""
+
+    model_config = ConfigDict(json_schema_extra=_document_unserved)
 
     model: Annotated[str, Field(min_length=1)]
     input: str | Annotated[list[InputItem], Field(min_length=1)]
@@ -180,7 +189,8 @@ class ResponsesRequest(WireModel):
     store: bool | None = None
     stream: bool | None = None
     previous_response_id: str | None = None
-    reasoning: dict[str, Any] | None = None
+    # Refused when set (no model here has reasoning controls), with a message that says so.
+    reasoning: Annotated[dict[str, Any] | None, WithJsonSchema({"type": "null"})] = None
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -9,12 +9,14 @@ read and validated by the endpoint itself, so bad input gets the API's 400s, not
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from tokenrelay.errors import InvalidRequest, NotFound
+from tokenrelay.apidoc.errors import error_responses
+from tokenrelay.apidoc.operations import SSE, json_body
+from tokenrelay.errors import NotFound
 from tokenrelay.openai.models import caller
 from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import item_list
@@ -23,48 +25,44 @@ from tokenrelay.openai.responses.store import ResponseStore, StoredResponse
 
 router = APIRouter()
 
-# The request schema, documented from the model; its `$defs` stay beside it, so references point there.
-_SCHEMA_AT = "#/paths/~1v1~1responses/post/requestBody/content/application~1json/schema/$defs/{model}"
-_REQUEST_BODY = {
-    "required": True,
-    "content": {"application/json": {"schema": ResponsesRequest.model_json_schema(ref_template=_SCHEMA_AT)}},
+_CREATED = {
+    200: {
+        "description": "A response object, or with `stream: true` a stream of response events (SSE).",
+        "content": {"application/json": {"schema": {"type": "object"}}, SSE: {"schema": {"type": "string"}}},
+    },
+    **error_responses(400, 404, 413, 429, 502, 503),
 }
-_CREATED = {200: {"description": "A response object, or with `stream: true` a stream of response events (SSE)."}}
+_FOUND = error_responses(404)
 
 
-@router.post("/v1/responses", openapi_extra={"requestBody": _REQUEST_BODY}, responses=_CREATED)
+@router.post("/v1/responses", openapi_extra=json_body(ResponsesRequest), responses=_CREATED)
 async def create(request: Request) -> Response:
     return await create_response(request)
 
 
-@router.get("/v1/responses/{response_id}")
+@router.get("/v1/responses/{response_id}", responses=_FOUND)
 async def retrieve(response_id: str, request: Request) -> JSONResponse:
     stored = await _stored(request, response_id)
     return JSONResponse(stored.response)
 
 
-@router.delete("/v1/responses/{response_id}")
+@router.delete("/v1/responses/{response_id}", responses=_FOUND)
 async def delete(response_id: str, request: Request) -> JSONResponse:
     if not await _store(request).delete(response_id, caller(request).key_id):
         raise _not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-@router.get("/v1/responses/{response_id}/input_items")
-async def input_items(response_id: str, request: Request) -> JSONResponse:
-    query = request.query_params
-    limit = _limit(query.get("limit", "20"))
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("`order` must be `asc` or `desc`.", param="order")
+@router.get("/v1/responses/{response_id}/input_items", responses=error_responses(400, 404))
+async def input_items(
+    response_id: str,
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+) -> JSONResponse:
     stored = await _stored(request, response_id)
-    return JSONResponse(item_list(stored.input_items, limit=limit, order=order, after=query.get("after")))
-
-
-def _limit(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 100:
-        raise InvalidRequest("`limit` must be a whole number from 1 to 100.", param="limit")
-    return int(text)
+    return JSONResponse(item_list(stored.input_items, limit=limit, order=order, after=after))
 
 
 def _store(request: Request) -> ResponseStore:

@@ -28,7 +28,7 @@ from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, from_validation_error
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.disconnect import cancel_on_disconnect
-from tokenrelay.openai.parsing import read_body
+from tokenrelay.openai.parsing import read_body, validate_strict
 from tokenrelay.openai.relayed import relayed_response, relays
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.responses import translate
@@ -103,7 +103,7 @@ def parse(raw: bytes) -> ResponsesRequest:
     if not raw.strip():
         raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
     try:
-        return ResponsesRequest.model_validate_json(raw, strict=True)
+        return validate_strict(ResponsesRequest, raw)
     except ValidationError as exc:
         raise _invalid(exc) from None
 

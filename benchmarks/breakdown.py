@@ -121,9 +121,8 @@ def canned_node() -> Iterator[None]:
             events, _ = relay.StreamReads(exchange.parse, relay.Clock(timeouts)).feed(mock_node.STREAM)
         else:
             events = relay._body_events(dict(answer), exchange.parse, "message")
-        for event in meter.passed(events):
-            yield event
-        yield meter.usage()
+        yield meter.passed(events)  # the events of one node read, as one batch
+        yield [meter.usage()]
 
     original = members.relay
     members.relay = canned  # type: ignore[assignment]

@@ -1,10 +1,16 @@
 """Schemathesis hooks for the contract test (`SCHEMATHESIS_HOOKS=contract_hooks`).
 
 They keep generated requests to the rules between values that JSON Schema cannot state, and which the
-document says in words: a named tool choice names one of the `tools`, a `tool` message answers a call an
-earlier assistant message made, `best_of` is at least `n` (and equals it when streaming), a key's expiry and
-a usage window are judged against the current time. Every other rule must be in the document itself. The
-hooks also keep generations short.
+document says in words. Each needs a value compared with another value of the same request (JSON Schema
+compares a value only with constants) or with the clock:
+- a named tool choice names one of the `tools` (chat, Messages, Responses): a string equal to a sibling's;
+- a chat `tool` message answers a call an earlier assistant message made, and a Responses
+  `function_call_output` follows a `function_call` with the same `call_id` (as OpenAI refuses an orphan
+  output: there is no call for the model to read the answer of): an id equal to an earlier item's;
+- `best_of` is at least `n`, and equals it when streaming: one number compared with another;
+- a Messages request ends with a user turn: a property of the array's last item, which `items` cannot single out;
+- a key's `expires` is in the future, a usage window's `since`/`until` fit the bucket: judged against the clock.
+Every other rule must be in the document itself. The hooks also keep generations short.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def filter_body(ctx: Any, body: Any) -> bool:
     if path in ("/v1/messages", "/v1/messages/count_tokens"):
         return _tool_choice_listed(body) and _ends_with_user(body)
     if path == "/v1/responses":
-        return _tool_choice_listed(body)
+        return _tool_choice_listed(body) and _outputs_answer_calls(body)
     if path == "/v1/completions":
         return _best_of_fits(body)
     if path == "/admin/keys" and isinstance(body.get("expires"), str):
@@ -90,6 +96,22 @@ def _ends_with_user(body: dict[str, Any]) -> bool:
     """Messages: the last message is the user's (continuing an assistant message is not served)."""
     messages = body.get("messages")
     return not isinstance(messages, list) or not messages or _role(messages[-1]) == "user"
+
+
+def _outputs_answer_calls(body: dict[str, Any]) -> bool:
+    """Responses: each `function_call_output` item follows a `function_call` item with its `call_id`."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return True
+    made: set[Any] = set()
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            made.add(item.get("call_id"))
+        elif item.get("type") == "function_call_output" and item.get("call_id") not in made:
+            return False
+    return True
 
 
 def _role(message: Any) -> Any:

@@ -4,7 +4,8 @@ They keep generated requests to the rules between values that JSON Schema cannot
 document says in words. Each needs a value compared with another value of the same request (JSON Schema
 compares a value only with constants) or with the clock:
 - a named tool choice names one of the `tools` (chat, Messages, Responses): a string equal to a sibling's;
-- a chat `tool` message answers a call an earlier assistant message made, and a Responses
+- a chat `tool` message answers a call an earlier assistant message made, a Messages `tool_result` block a
+  `tool_use` block of an earlier assistant message, and a Responses
   `function_call_output` follows a `function_call` with the same `call_id` (as OpenAI refuses an orphan
   output: there is no call for the model to read the answer of): an id equal to an earlier item's;
 - `best_of` is at least `n`, and equals it when streaming: one number compared with another;
@@ -37,7 +38,7 @@ def filter_body(ctx: Any, body: Any) -> bool:
     if path == "/v1/chat/completions":
         return _choices_named(body) and _tool_answers_made(body)
     if path in ("/v1/messages", "/v1/messages/count_tokens"):
-        return _tool_choice_listed(body) and _ends_with_user(body)
+        return _tool_choice_listed(body) and _ends_with_user(body) and _results_answer_uses(body)
     if path == "/v1/responses":
         return _tool_choice_listed(body) and _outputs_answer_calls(body)
     if path == "/v1/completions":
@@ -108,10 +109,30 @@ def _outputs_answer_calls(body: dict[str, Any]) -> bool:
         if not isinstance(item, dict):
             continue
         if item.get("type") == "function_call":
-            made.add(item.get("call_id"))
-        elif item.get("type") == "function_call_output" and item.get("call_id") not in made:
+            made.add(_id(item.get("call_id")))
+        elif item.get("type") == "function_call_output" and _id(item.get("call_id")) not in made:
             return False
     return True
+
+
+def _results_answer_uses(body: dict[str, Any]) -> bool:
+    """Messages: each `tool_result` block answers a `tool_use` block of an earlier assistant message."""
+    made: set[str | None] = set()
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                made.add(_id(block.get("id")))
+            elif block.get("type") == "tool_result" and _id(block.get("tool_use_id")) not in made:
+                return False
+    return True
+
+
+def _id(value: Any) -> str | None:
+    """An id as sent (a generated invalid body may hold anything there, which matches no id)."""
+    return value if isinstance(value, str) else None
 
 
 def _role(message: Any) -> Any:
@@ -124,8 +145,8 @@ def _tool_answers_made(body: dict[str, Any]) -> bool:
         if not isinstance(message, dict):
             continue
         if message.get("role") == "assistant":
-            made.update(c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, dict))
-        elif message.get("role") == "tool" and message.get("tool_call_id") not in made:
+            made.update(_id(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, dict))
+        elif message.get("role") == "tool" and _id(message.get("tool_call_id")) not in made:
             return False
     return True
 

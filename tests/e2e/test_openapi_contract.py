@@ -7,9 +7,10 @@ that does not exist makes its model's generations fail with 502, as it should.
 
 The coverage phase stays off: it builds its cases from the schema alone, without the hooks of
 `contract_hooks.py`, so its boundary values break the rules between values that no JSON Schema can state
-(each named in the hooks with its reason): `best_of` below `n`, a named `tool_choice` that is not among the
-`tools`, a key's `expires` in the past, a usage window whose `since` is after its `until`. The server refuses
-those with a 400, as it should, which schemathesis counts as a valid request refused.
+(each named in the hooks with its reason): a key's `expires` in the past, a usage window wider than its
+bucket allows, a Messages request that ends with an assistant turn, `best_of` below `n`, a named
+`tool_choice` that is not among the `tools`. The server refuses those with a 400, as it should, which
+schemathesis counts as a valid request refused.
 """
 
 from __future__ import annotations

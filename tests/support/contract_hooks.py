@@ -4,6 +4,8 @@ They keep generated requests to the rules between values that JSON Schema cannot
 document says in words. Each needs a value compared with another value of the same request (JSON Schema
 compares a value only with constants) or with the clock:
 - a named tool choice names one of the `tools` (chat, Messages, Responses): a string equal to a sibling's;
+  a forcing choice (`any`, `required`) needs `tools`, which an `if`/`then` could state, but the generator
+  then fails to build some bodies (an array with its demanded element), so it is kept here;
 - a chat `tool` message answers a call an earlier assistant message made, a Messages `tool_result` block a
   `tool_use` block of an earlier assistant message, and a Responses
   `function_call_output` follows a `function_call` with the same `call_id` (as OpenAI refuses an orphan
@@ -87,10 +89,13 @@ def _choices_named(body: dict[str, Any]) -> bool:
 
 
 def _tool_choice_listed(body: dict[str, Any]) -> bool:
-    """Messages' `{"type": "tool", "name"}` and Responses' `{"type": "function", "name"}` name one of the `tools`."""
-    name = _named(body.get("tool_choice"))
+    """Messages' `{"type": "tool", "name"}` and Responses' `{"type": "function", "name"}` name one of the `tools`;
+    a choice that forces a call (Messages' `any`, Responses' `required`) needs some `tools`."""
+    choice = body.get("tool_choice")
+    name = _named(choice)
     tools = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
-    return name is None or name in tools
+    forced = choice == "required" or (isinstance(choice, dict) and choice.get("type") == "any")
+    return (name is None or name in tools) and not (forced and not tools)
 
 
 def _ends_with_user(body: dict[str, Any]) -> bool:

@@ -129,22 +129,8 @@ class Metadata(Strict):
     user_id: str | None = None
 
 
-# A tool choice that makes the model call a tool needs tools to call (`translate` refuses it otherwise).
-_CHOICE_NEEDS_TOOLS = {
-    "if": {
-        "required": ["tool_choice"],
-        "properties": {
-            "tool_choice": {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["any", "tool"]}}}
-        },
-    },
-    "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
-}
-
-
 class CountTokensRequest(Strict):
     """`POST /v1/messages/count_tokens`: the prompt of a Messages request, without the sampling fields."""
-
-    model_config = ConfigDict(json_schema_extra=_CHOICE_NEEDS_TOOLS)
 
     model: Annotated[str, Field(min_length=1)]
     messages: Annotated[list[Message], Field(min_length=1)]

@@ -166,10 +166,6 @@ def _document_unserved(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = False
     unset = {"anyOf": [{"type": "null"}, {"const": False}, {"type": "array", "maxItems": 0}]}
     schema["properties"].update({name: {**unset, "description": "not served here"} for name in UNSUPPORTED})
-    # A tool choice that makes the model call a tool (`required`, or a named function) needs tools to call.
-    forcing = {"anyOf": [{"const": "required"}, {"type": "object"}]}
-    schema["if"] = {"required": ["tool_choice"], "properties": {"tool_choice": forcing}}
-    schema["then"] = {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}}
 
 
 class ResponsesRequest(WireModel):

@@ -4,6 +4,13 @@ It generates requests from `/openapi.json` (valid ones and invalid ones), sends 
 checks the answers against the document: statuses, bodies, content types, `Allow` on a 405, no 5xx, valid
 requests accepted and invalid ones refused. Node registrations run last, on their own: a registered node
 that does not exist makes its model's generations fail with 502, as it should.
+
+The coverage phase stays off: it builds its cases from the schema alone, without the hooks of
+`contract_hooks.py`, so its boundary values break the rules between values that no JSON Schema can state
+(each named in the hooks with its reason): a key's `expires` in the past, a usage window wider than its
+bucket allows, a Messages request that ends with an assistant turn, `best_of` below `n`, a named
+`tool_choice` that is not among the `tools`. The server refuses those with a 400, as it should, which
+schemathesis counts as a valid request refused.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from servers import SUPPORT, Server, server_env, start_server
+from servers import SUPPORT, Server, server_env, start_server, wait_ready
 
 ADMIN_KEY = "sk-admin-contract-test"
 REGISTER_NODE = "POST /admin/nodes"
@@ -26,7 +33,8 @@ def contract_server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     tmp = tmp_path_factory.mktemp("contract")
     env = {"TOKENRELAY_ADMIN_KEY": ADMIN_KEY, "TOKENRELAY_ENGINE__SLOTS": "2"}
     # A database of its own: the run creates keys, which would lock the shared test server's database.
-    srv = start_server(tmp, "--database-url", f"sqlite:///{tmp / 'contract.db'}", env=env)
+    srv = start_server(tmp, "--database-url", f"sqlite:///{tmp / 'contract.db'}", env=env, wait=False)
+    wait_ready(srv, timeout=600)  # both default models load first, slowly on a busy machine
     yield srv
     srv.stop()
 
@@ -46,8 +54,7 @@ def schemathesis_run(server: Server, tmp: Path, *selection: str) -> subprocess.C
         "1",
         "--seed",
         "1",
-        # The coverage phase builds its cases without the hooks (contract_hooks.py): its boundary values would
-        # break the rules between fields that the hooks keep.
+        # Without the coverage phase: see the module's docstring.
         "--phases",
         "examples,fuzzing,stateful",
         "-H",

@@ -298,7 +298,8 @@ def test_calls_are_in_the_ledger_as_responses(deployment: Deployment, client: op
 def test_the_route_is_in_the_openapi_document(deployment: Deployment) -> None:
     with deployment.server.http() as http:
         document = http.get("/openapi.json").json()
-    schema = document["paths"]["/v1/responses"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    body = document["paths"]["/v1/responses"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    schema = document["components"]["schemas"][body["$ref"].rsplit("/", 1)[-1]]
     assert "input" in schema["properties"] and "$defs" in schema
 
 

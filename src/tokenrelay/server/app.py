@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,6 +34,8 @@ from tokenrelay.server.gc_tuning import tune_garbage_collector
 from tokenrelay.server.services import Services
 
 log = logging.getLogger(__name__)
+# The methods a 405's `Allow` can name: every method some route here may serve.
+PROBED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def create_app(settings: Settings) -> GenerationLane:
@@ -96,19 +98,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """Every method some route serves on the request's path."""
-    return sorted(_methods(app.router.routes, {**request.scope, "root_path": ""}))
+    """Every method some route serves on the request's path: each one tried against the routes' own matching."""
+    scope = {**request.scope, "root_path": ""}
+    return [m for m in PROBED_METHODS if any(_serves(route, {**scope, "method": m}) for route in app.router.routes)]
 
 
-def _methods(routes: Sequence[BaseRoute], scope: dict[str, Any]) -> set[str]:
-    methods: set[str] = set()
-    for route in routes:
-        # FastAPI keeps an included router whole, under the prefix it was included with.
-        included = getattr(route, "original_router", None)
-        if included is not None:
-            prefix = route.include_context.prefix  # type: ignore[attr-defined]
-            if scope["path"].startswith(prefix):
-                methods |= _methods(included.routes, {**scope, "path": scope["path"][len(prefix) :]})
-        elif route.matches(scope)[0] is not Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return methods
+def _serves(route: BaseRoute, scope: dict[str, Any]) -> bool:
+    return route.matches(scope)[0] is Match.FULL

@@ -55,16 +55,43 @@ def error_response(exc: APIError) -> JSONResponse:
     return JSONResponse(error_body(exc), status_code=status, headers=exc.headers)
 
 
-def invalid_body(exc: ValidationError) -> InvalidRequest:
+def invalid_body(exc: ValidationError, body: Any = None) -> InvalidRequest:
     """Pydantic's most specific complaint as one 400 naming the field; one this API does not know is named as such.
 
-    Of a union's complaints (content as a string, or as blocks) the deepest is the one about what was sent."""
+    Of a union's complaints (content as a string, or as blocks) the deepest is the one about what was sent.
+    `body`, the parsed JSON, lets `param` be the field's path in it, without the union tags pydantic adds."""
     errors = exc.errors(include_url=False)
     worst = max(errors, key=lambda error: len(error.get("loc", ())))
-    if worst is errors[0] and worst.get("type") != "extra_forbidden":
+    if worst.get("type") == "json_invalid":
         return from_validation_error(exc)
-    # pydantic puts union member names (`list[...]`, `tagged-union[...]`) into `loc`; they are no field.
-    param = ".".join(str(part) for part in worst.get("loc", ()) if "[" not in str(part))
+    path = field_path(worst.get("loc", ()), body)
+    if worst.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+        path.append(str(worst.get("ctx", {}).get("discriminator", "")).strip("'"))  # the tag's own field
+    param = ".".join(str(part) for part in path) or None
     if worst.get("type") == "extra_forbidden":
         return InvalidRequest(f"`{param}`: this field is not supported.", param=param, code="unsupported_parameter")
-    return InvalidRequest(f"Invalid value at `{param}`: {worst.get('msg')}", param=param, code="invalid_value")
+    where = f" at `{param}`" if param else ""
+    return InvalidRequest(f"Invalid value{where}: {worst.get('msg')}", param=param, code="invalid_value")
+
+
+def field_path(loc: tuple[int | str, ...], body: Any) -> list[int | str]:
+    """`loc` walked through the body: what does not lead into it is a union's branch name (`list[...]`) or a
+    tagged union's tag (a block's `type`, a message's `role`), which names no field."""
+    path: list[int | str] = []
+    node, tag_seen = body, False
+    for i, part in enumerate(loc):
+        if i == len(loc) - 1:
+            if not (isinstance(part, str) and ("[" in part or (not isinstance(node, dict) and part in BRANCHES))):
+                path.append(part)
+        elif isinstance(node, dict) and not tag_seen and part in (node.get("type"), node.get("role")):
+            tag_seen = True  # the tag comes first, and once: a field named like it (a text block's `text`) follows
+        elif (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        ):
+            path.append(part)
+            node, tag_seen = node[part], False  # type: ignore[index]
+    return path
+
+
+# The names pydantic gives a union's plain branches.
+BRANCHES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})

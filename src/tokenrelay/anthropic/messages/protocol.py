@@ -69,15 +69,29 @@ class ToolResultBlock(Strict):
         return "".join(block.text for block in self.content)
 
 
-Block = Annotated[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+# What each role's message may hold: a user sends text, images and tool results; an assistant text and tool calls.
+UserBlock = Annotated[TextBlock | ImageBlock | ToolResultBlock, Field(discriminator="type")]
+AssistantBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
+Block = UserBlock | AssistantBlock
 
 
-class Message(Strict):
-    role: Literal["user", "assistant"]
-    content: str | list[Block]
+class UserMessage(Strict):
+    role: Literal["user"]
+    content: str | list[UserBlock]
 
-    def blocks(self) -> list[Block]:
+    def blocks(self) -> list[UserBlock]:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
+
+
+class AssistantMessage(Strict):
+    role: Literal["assistant"]
+    content: str | list[AssistantBlock]
+
+    def blocks(self) -> list[AssistantBlock]:
+        return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
+
+
+Message = Annotated[UserMessage | AssistantMessage, Field(discriminator="role")]
 
 
 class Tool(Strict):

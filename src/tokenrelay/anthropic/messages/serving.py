@@ -82,4 +82,12 @@ def validated(raw: bytes, model: type[Body]) -> Body:
     try:
         return validate_strict(model, raw)
     except ValidationError as exc:
-        raise invalid_body(exc) from None
+        raise invalid_body(exc, _json(raw)) from None
+
+
+def _json(raw: bytes) -> Any:
+    """The body as JSON, to name a field's path in it (None when it is no JSON: then there is no field)."""
+    try:
+        return loads(raw)
+    except ValueError:  # json.JSONDecodeError, and a body that is not UTF-8
+        return None

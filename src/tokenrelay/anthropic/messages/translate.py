@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from tokenrelay.anthropic.messages.errors import invalid_body
 from tokenrelay.anthropic.messages.protocol import (
-    Block,
+    AssistantBlock,
+    AssistantMessage,
     CountTokensRequest,
     ImageBlock,
     Message,
@@ -24,8 +25,7 @@ from tokenrelay.anthropic.messages.protocol import (
     ToolChoiceAny,
     ToolChoiceNone,
     ToolChoiceTool,
-    ToolResultBlock,
-    ToolUseBlock,
+    UserBlock,
 )
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -88,51 +88,43 @@ def _system(system: str | list[TextBlock] | None) -> list[dict[str, Any]]:
 
 def _messages(messages: list[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for i, message in enumerate(messages):
-        if message.role == "assistant":
-            out.append(_assistant(message.blocks(), i))
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            out.append(_assistant(message.blocks()))
         else:
-            out.extend(_user(message.blocks(), i))
+            out.extend(_user(message.blocks()))
     return out
 
 
-def _assistant(blocks: list[Block], index: int) -> dict[str, Any]:
+def _assistant(blocks: list[AssistantBlock]) -> dict[str, Any]:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
-    for j, block in enumerate(blocks):
+    for block in blocks:
         if isinstance(block, TextBlock):
             text.append(block.text)
-        elif isinstance(block, ToolUseBlock):
+        else:
             arguments = json.dumps(block.input, ensure_ascii=False)
             calls.append({"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}})
-        else:
-            raise InvalidRequest(
-                f"An assistant message cannot hold a `{block.type}` block.", param=f"messages.{index}.content.{j}"
-            )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = calls
     return message
 
 
-def _user(blocks: list[Block], index: int) -> list[dict[str, Any]]:
+def _user(blocks: list[UserBlock]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
-    for j, block in enumerate(blocks):
+    for block in blocks:
         if isinstance(block, TextBlock):
             parts.append({"type": "text", "text": block.text})
         elif isinstance(block, ImageBlock):
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block)}})
-        elif isinstance(block, ToolResultBlock):
+        else:
             if parts:
                 out.append(_user_turn(parts))
                 parts = []
             text = (ERROR_MARK if block.is_error else "") + block.text()
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
-        else:
-            raise InvalidRequest(
-                "A user message cannot hold a `tool_use` block.", param=f"messages.{index}.content.{j}"
-            )
     if parts:
         out.append(_user_turn(parts))
     return out

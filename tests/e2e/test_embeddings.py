@@ -8,13 +8,10 @@ batched with (see `backends/llamacpp/embedding_context.py`), so a float that dif
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +21,8 @@ import pytest
 import yaml
 from accounting_support import counters, ledger_rows, sqlite_url
 from openai import OpenAI
-from servers import SUPPORT, Server, free_port, shared_data_dir, start_server
+from servers import Server, shared_data_dir, start_server
+from third_party_node import start_llama_node, wait_models
 from tiny_bert import write_tiny_bert
 
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
@@ -155,31 +153,6 @@ class Gateway:
         return self.server.client(api_key=key or self.key)
 
 
-def start_llama_node(tmp: Path, gguf: Path) -> Server:
-    port = free_port()
-    log_path = tmp / f"llama-node-{port}.log"
-    command = [sys.executable, str(SUPPORT / "llama_cpp_node.py"), "--model", str(gguf), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--n_threads", "1", "--n_ctx", "512", "--model_alias", "gemma-node"]
-    command += ["--embedding", "true", "--pooling_type", "1"]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    return Server(process, port, log_path)
-
-
-def wait_node(node: Server) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if node.process.poll() is not None:
-            raise RuntimeError(f"node exited early:\n{node.log()[-3000:]}")
-        try:
-            if httpx.get(f"{node.base_url}/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"node did not start:\n{node.log()[-3000:]}")
-
-
 def create_key(server: Server, spec: dict[str, Any]) -> str:
     response = httpx.post(
         f"{server.base_url}/admin/keys", json=spec, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
@@ -192,10 +165,10 @@ def create_key(server: Server, spec: dict[str, Any]) -> str:
 def gateway(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("embeddings-gateway")
     gguf = ensure_default_model(shared_data_dir())
-    node = start_llama_node(tmp, gguf)
+    node = start_llama_node(tmp, gguf, "gemma-node", "--embedding", "true", "--pooling_type", "1", n_ctx=512)
     started = [node]
     try:
-        wait_node(node)
+        wait_models(node)
         config = {
             "admin_key": ADMIN,
             "routing": {"health": {"probe_interval": 0}},

@@ -3,20 +3,16 @@ server. The gateway translates to chat completions, the node answers chat, the g
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 import yaml
 from accounting_support import sqlite_url
-from servers import SUPPORT, Server, free_port, start_server, wait_ready
+from servers import Server, start_server, wait_ready
+from third_party_node import start_llama_node, wait_models
 
 from tokenrelay.backends.llamacpp.default_model import smollm2_path
 
@@ -33,37 +29,11 @@ class Relays:
         return anthropic.Anthropic(base_url=self.gateway.base_url, api_key="none", max_retries=0)
 
 
-def start_llama_node(tmp: Path) -> Server:
-    """`python -m llama_cpp.server` serving the chat model's GGUF, through the launcher (see llama_cpp_node.py)."""
-    port = free_port()
-    log_path = tmp / f"llama-node-{port}.log"
-    command = [sys.executable, str(SUPPORT / "llama_cpp_node.py"), "--model", str(smollm2_path(tmp))]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "1024"]
-    command += ["--model_alias", "smollm2-node"]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    return Server(process, port, log_path)
-
-
-def wait_models(server: Server, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"node exited early:\n{server.log()[-3000:]}")
-        try:
-            if httpx.get(f"{server.base_url}/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"node did not start:\n{server.log()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def relays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relays]:
     tmp = tmp_path_factory.mktemp("messages-relay")
     node = start_server(tmp, "--slots", "1", "--threads", "1", wait=False)
-    llama = start_llama_node(tmp)
+    llama = start_llama_node(tmp, smollm2_path(tmp), "smollm2-node")
     started = [node, llama]
     try:
         wait_ready(node)

@@ -5,20 +5,16 @@ The gateway translates to chat for the node and the node's answer back into a re
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 import yaml
 from accounting_support import sqlite_url
-from servers import SUPPORT, Server, free_port, shared_data_dir, start_server, wait_ready
+from servers import Server, shared_data_dir, start_server, wait_ready
+from third_party_node import start_llama_node, wait_models
 
 from tokenrelay.backends.llamacpp.default_model import smollm2_path
 
@@ -34,36 +30,11 @@ class Relay:
         return self.gateway.client()
 
 
-def start_llama_node(tmp: Path) -> Server:
-    port = free_port()
-    log_path = tmp / f"llama-node-{port}.log"
-    command = [sys.executable, str(SUPPORT / "llama_cpp_node.py"), "--model", str(smollm2_path(shared_data_dir()))]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "1024"]
-    command += ["--model_alias", "smol-node"]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    return Server(process, port, log_path)
-
-
-def wait_models(server: Server, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"node exited early:\n{server.log()[-3000:]}")
-        try:
-            if httpx.get(f"{server.base_url}/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"node did not start:\n{server.log()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
     tmp = tmp_path_factory.mktemp("responses-relay")
     node = start_server(tmp, "--slots", "2", "--threads", "1", wait=False)
-    llama = start_llama_node(tmp)
+    llama = start_llama_node(tmp, smollm2_path(shared_data_dir()), "smol-node")
     started = [node, llama]
     try:
         wait_ready(node)

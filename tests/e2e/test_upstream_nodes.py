@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,7 +20,8 @@ import openai
 import pytest
 import yaml
 from accounting_support import sqlite_url
-from servers import SUPPORT, Server, free_port, shared_data_dir, start_server, wait_ready
+from servers import Server, shared_data_dir, start_server, wait_ready
+from third_party_node import start_llama_node, wait_models
 from upstream_faultnode import FaultNode, fault_node
 
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
@@ -48,32 +47,6 @@ class Fleet:
     def nodes(self, model: str) -> dict[str, dict[str, Any]]:
         status = httpx.get(f"{self.gateway.base_url}/health", timeout=10).json()["models"][model]
         return {node["name"]: node for node in status["nodes"]}
-
-
-def start_llama_server(tmp: Path, gguf: Path) -> Server:
-    port = free_port()
-    log_path = tmp / f"llama-server-{port}.log"
-    # Through the launcher that keeps repacked (AMX) weights off: see tests/llama_cpp_node.py.
-    command = [sys.executable, str(SUPPORT / "llama_cpp_node.py"), "--model", str(gguf)]
-    command += ["--host", "127.0.0.1"]
-    command += ["--port", str(port), "--n_threads", "1", "--n_ctx", "1024", "--model_alias", "gemma-node"]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    return Server(process, port, log_path)
-
-
-def wait_models(server: Server, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"node exited early:\n{server.log()[-3000:]}")
-        try:
-            if httpx.get(f"{server.base_url}/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"node did not start:\n{server.log()[-3000:]}")
 
 
 def upstream(server: Server | FaultNode, name: str, model: str = "gemma-3-270m", **extra: Any) -> dict[str, Any]:
@@ -110,7 +83,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     gguf = ensure_default_model(shared_data_dir())
     engine = ("--slots", "2", "--ctx-size", "512", "--threads", "1")
     a, b = start_server(tmp, *engine, wait=False), start_server(tmp, *engine, wait=False)
-    llama = start_llama_server(tmp, gguf)
+    llama = start_llama_node(tmp, gguf, "gemma-node")
     started: list[Server] = [a, b, llama]
     try:
         with fault_node() as fault:

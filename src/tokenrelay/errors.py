@@ -97,10 +97,12 @@ class UpstreamError(APIError):
     code = "upstream_error"
 
 
-def from_validation_error(exc: ValidationError) -> InvalidRequest:
-    """Turn pydantic's first complaint into one OpenAI-style 400 naming the field."""
+def from_validation_error(exc: ValidationError, sent: Any = None) -> InvalidRequest:
+    """Turn pydantic's first complaint into one OpenAI-style 400 naming the field (`sent`, the parsed body
+    when known, tells a tagged union's tag from a field name: see `field_path`)."""
     first = max(exc.errors(include_url=False), key=_news)
-    loc = [str(part) for part in first.get("loc", ()) if not _is_union_tag(part)]
+    where = first.get("loc", ())
+    loc = [str(part) for part in (field_path(where, sent) if sent is not None else where) if not _is_union_tag(part)]
     param = ".".join(loc) or None
     kind = first.get("type", "")
     if kind == "json_invalid":
@@ -115,6 +117,29 @@ def _news(error: Any) -> tuple[bool, int]:
     (so a value was wrong, not its type) and then the deepest; the first among equals."""
     loc = [part for part in error.get("loc", ()) if not _is_union_tag(part)]
     return not str(error.get("type", "")).endswith("_type"), len(loc)
+
+
+def field_path(loc: tuple[int | str, ...], body: Any) -> list[int | str]:
+    """`loc` walked through the body: what does not lead into it is a union's branch name (`list[...]`) or a
+    tagged union's tag (a block's `type`, a message's `role`), which names no field."""
+    path: list[int | str] = []
+    node, tag_seen = body, False
+    for i, part in enumerate(loc):
+        if i == len(loc) - 1:
+            if not (isinstance(part, str) and ("[" in part or (not isinstance(node, dict) and part in BRANCHES))):
+                path.append(part)
+        elif isinstance(node, dict) and not tag_seen and part in (node.get("type"), node.get("role")):
+            tag_seen = True  # the tag comes first, and once: a field named like it (a text block's `text`) follows
+        elif (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        ):
+            path.append(part)
+            node, tag_seen = node[part], False  # type: ignore[index]
+    return path
+
+
+# The names pydantic gives a union's plain branches.
+BRANCHES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
 
 
 def _is_union_tag(part: object) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import MODEL, chunks, sse_events, validate
+from helpers import CHAT_MODEL, MODEL, chunks, sse_events, validate
 from openai import BadRequestError, OpenAI
 
 PROMPT = "The three primary colours are"
@@ -100,6 +100,16 @@ def test_best_of_rules(client: OpenAI) -> None:
     with pytest.raises(BadRequestError) as info:
         client.completions.create(model=MODEL, prompt=PROMPT, best_of=3, n=1, max_tokens=1, stream=True)
     assert info.value.body["param"] == "best_of"
+
+
+@pytest.mark.parametrize("model", [MODEL, CHAT_MODEL])
+def test_an_empty_prompt_starts_a_new_document(client: OpenAI, model: str) -> None:
+    # One model adds a BOS token, the other has none and starts from its end-of-sequence token.
+    reply = client.completions.create(model=model, prompt="", max_tokens=3, temperature=0, echo=True)
+    assert reply.usage.prompt_tokens == 1
+    assert reply.usage.completion_tokens == 3
+    again = client.completions.create(model=model, prompt="", max_tokens=3, temperature=0)
+    assert reply.choices[0].text == again.choices[0].text  # the echo of "" adds nothing
 
 
 def test_suffix_without_fim_tokens_is_a_clear_400(client: OpenAI) -> None:

@@ -205,6 +205,10 @@ def test_admin_api_validates_new_keys(deployment: Deployment) -> None:
         bad = admin.post("/admin/keys", json={"name": "x", "rpm": 0})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "rpm"
         assert admin.post("/admin/keys", json={"name": "y", "expires": "yesterday"}).status_code == 400
+        # Limits beyond what the ledger's columns hold are refused, not a server error.
+        for field, value in (("tpm", 2**31), ("budget_tokens", 2**63)):
+            too_big = admin.post("/admin/keys", json={"name": "z", field: value})
+            assert too_big.status_code == 400 and too_big.json()["error"]["param"] == field
         assert admin.delete("/admin/keys/no-such-key").status_code == 404
 
 

@@ -1,4 +1,5 @@
-"""Schemathesis hooks for the contract test (`SCHEMATHESIS_HOOKS=contract_hooks`).
+"""Schemathesis hooks for the contract test, named by `schemathesis.toml` (so a plain `schemathesis run` in this
+checkout uses them too).
 
 They keep generated requests to the rules between values that JSON Schema cannot state, and which the
 document says in words. Each needs a value compared with another value of the same request (JSON Schema
@@ -11,9 +12,18 @@ compares a value only with constants) or with the clock:
   `function_call_output` follows a `function_call` with the same `call_id` (as OpenAI refuses an orphan
   output: there is no call for the model to read the answer of): an id equal to an earlier item's;
 - `best_of` is at least `n`, and equals it when streaming: one number compared with another;
+- chat sends `tools` or the legacy `functions`, not both: two fields judged together;
+- the tools (or legacy `functions`) of a request have different names: a property compared across items,
+  which `uniqueItems` (whole items) cannot say;
 - a Messages request ends with a user turn: a property of the array's last item, which `items` cannot single out;
 - a key's `expires` is in the future, a usage window's `since`/`until` fit the bucket: judged against the clock.
-Every other rule must be in the document itself. The hooks also keep generations short.
+Every other rule must be in the document itself.
+
+The document names the served models as examples of `model`, so valid requests reach them. What a model can
+do is its own, and a valid request that asks for more is refused (a 400 naming the field), so the hooks also
+keep to what the default models can do: read text only (no images, audio or files), no fill-in-the-middle
+(`suffix`), no shortened embeddings (`dimensions`), token ids within the smaller vocabulary. And they keep
+generations short (`MAX_TOKENS`), also where the request sets no limit.
 """
 
 from __future__ import annotations
@@ -26,19 +36,92 @@ from tokenrelay.store.timeutil import parse_expiry, parse_instant, utcnow
 from tokenrelay.usage.window import window
 
 MAX_TOKENS = 8
-
-
-def _path(ctx: Any) -> str:
-    return ctx.operation.path if ctx.operation is not None else ""
+SMALLEST_VOCABULARY = 49_152  # smollm2-135m-instruct's; gemma-3-270m's is larger
+# Content of other kinds than text, in chat (`image_url`, `input_audio`, `file`), Messages (`image`) and
+# Responses (`input_image`, `input_file`).
+MEDIA = frozenset({"image_url", "input_audio", "file", "image", "input_image", "input_file"})
+# Each generation endpoint's output limit, set where a valid request leaves it out.
+LIMITS = {
+    "/v1/chat/completions": ("max_tokens", "max_completion_tokens"),
+    "/v1/completions": ("max_tokens",),
+    "/v1/responses": ("max_output_tokens",),
+    "/v1/messages": ("max_tokens",),
+}
 
 
 @schemathesis.hook
-def filter_body(ctx: Any, body: Any) -> bool:
-    if not isinstance(body, dict):
+def filter_case(ctx: Any, case: Any) -> bool:
+    """Keeps a valid case only if it keeps the rules between fields too. Invalid cases (values of any type)
+    are the server's to refuse, and are all kept. Case hooks, not body or query hooks: the coverage phase
+    applies only these."""
+    if case.meta is not None and not case.meta.generation.mode.is_positive:
         return True
-    path = _path(ctx)
+    path, body, query = case.operation.path, case.body, case.query
+    if isinstance(body, dict) and not (_body_fits(path, body) and _within_models(path, body)):
+        return False
+    if path == "/admin/usage/series" and isinstance(query, dict):
+        return _window_fits(query)
+    return True
+
+
+@schemathesis.hook
+def map_case(ctx: Any, case: Any) -> Any:
+    body, limits = case.body, LIMITS.get(case.operation.path, ())
+    if not isinstance(body, dict) or not limits:
+        return case
+    for field in limits:
+        if isinstance(body.get(field), int) and body[field] > MAX_TOKENS:
+            body[field] = MAX_TOKENS
+    positive = case.meta is None or case.meta.generation.mode.is_positive
+    if positive and all(body.get(field) is None for field in limits):
+        body[limits[0]] = MAX_TOKENS
+    return case
+
+
+@schemathesis.hook
+def before_add_examples(ctx: Any, examples: list[Any]) -> None:
+    """The examples phase applies no case hooks; its cases get the same treatment here."""
+    kept = [map_case(ctx, case) for case in examples if filter_case(ctx, case)]
+    examples[:] = kept
+
+
+def _within_models(path: str, body: dict[str, Any]) -> bool:
+    """What the default models can do (see the module's docstring)."""
+    if path == "/v1/completions" and body.get("suffix") is not None:
+        return False
+    if path == "/v1/embeddings" and body.get("dimensions") is not None:
+        return False
+    return not _has_media(body) and all(0 <= t < SMALLEST_VOCABULARY for t in _token_ids(path, body))
+
+
+def _has_media(value: Any) -> bool:
+    if isinstance(value, dict):
+        return value.get("type") in MEDIA or any(_has_media(v) for v in value.values())
+    return isinstance(value, list) and any(_has_media(v) for v in value)
+
+
+def _token_ids(path: str, body: dict[str, Any]) -> list[int]:
+    """Token ids of the request: prompts and inputs given as ids, `/detokenize`'s tokens, `logit_bias` keys."""
+    given = {"/v1/completions": "prompt", "/v1/embeddings": "input", "/detokenize": "tokens"}.get(path)
+    ids = _ints(body.get(given)) if given else []
+    bias = body.get("logit_bias")
+    if isinstance(bias, dict):
+        ids += [int(key) for key in bias if isinstance(key, str) and key.lstrip("-").isdigit()]
+    return ids
+
+
+def _ints(value: Any) -> list[int]:
+    if isinstance(value, list):
+        return [i for item in value for i in _ints(item)]
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else []
+
+
+def _body_fits(path: str, body: dict[str, Any]) -> bool:
+    if not _names_unique(body):
+        return False
     if path == "/v1/chat/completions":
-        return _choices_named(body) and _tool_answers_made(body)
+        one_kind = not (body.get("tools") and body.get("functions"))
+        return one_kind and _choices_named(body) and _tool_answers_made(body)
     if path in ("/v1/messages", "/v1/messages/count_tokens"):
         return _tool_choice_listed(body) and _ends_with_user(body) and _results_answer_uses(body)
     if path == "/v1/responses":
@@ -50,25 +133,31 @@ def filter_body(ctx: Any, body: Any) -> bool:
     return True
 
 
-@schemathesis.hook
-def map_body(ctx: Any, body: Any) -> Any:
-    if isinstance(body, dict) and _path(ctx).startswith("/v1/"):
-        for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-            if isinstance(body.get(field), int) and body[field] > MAX_TOKENS:
-                body[field] = MAX_TOKENS
-    return body
-
-
-@schemathesis.hook
-def filter_query(ctx: Any, query: Any) -> bool:
-    if _path(ctx) != "/admin/usage/series" or not isinstance(query, dict):
-        return True
+def _window_fits(query: dict[str, Any]) -> bool:
     try:
         since, until = (parse_instant(query[k]) if query.get(k) else None for k in ("since", "until"))
         window(query.get("bucket", "hour"), since, until, utcnow())
-    except (ValueError, OverflowError, KeyError, AttributeError):
+    except (ValueError, OverflowError, KeyError, AttributeError, TypeError):
         return False  # a value of the wrong kind: the negative cases, which the server refuses anyway
     return True
+
+
+def _names_unique(body: dict[str, Any]) -> bool:
+    for field in ("tools", "functions"):
+        items = body.get(field)
+        names = [_tool_name(item) for item in items] if isinstance(items, list) else []
+        if len(names) != len(set(names)):
+            return False
+    return True
+
+
+def _tool_name(tool: Any) -> Any:
+    """A tool's name: nested in chat's `function`, flat in Messages and Responses and legacy `functions`."""
+    if not isinstance(tool, dict):
+        return id(tool)  # no name: unique
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else tool.get("name")
+    return name if isinstance(name, str) else id(tool)
 
 
 def _named(choice: Any) -> str | None:

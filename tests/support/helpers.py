@@ -11,6 +11,7 @@ import jsonschema
 
 SCHEMAS = Path(__file__).parent / "schemas"
 MODEL = "gemma-3-270m"
+CHAT_MODEL = "smollm2-135m-instruct"
 
 
 def validate(body: dict[str, Any], schema_name: str) -> None:

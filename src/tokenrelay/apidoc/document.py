@@ -67,7 +67,17 @@ def build_document(app: FastAPI, lane_routes: Mapping[str, Documented], settings
     components["securitySchemes"] = SECURITY_SCHEMES
     for name in ("ChatCompletionRequest", "CompletionRequest"):
         _cap(schemas[name]["properties"]["n"], settings.max_n)
+    _name_models(schemas, [model.id for model in settings.served_models()])
     return doc
+
+
+def _name_models(schemas: dict[str, Any], served: list[str]) -> None:
+    """The models this server was started with, as examples of each request's `model` (models registered later
+    are listed by `/v1/models`)."""
+    for name, schema in schemas.items():
+        model = schema.get("properties", {}).get("model")
+        if name.endswith("Request") and model is not None and served:
+            model["examples"] = served
 
 
 def _secure(path: str, operation: dict[str, Any], settings: Settings) -> None:

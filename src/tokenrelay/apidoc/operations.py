@@ -15,6 +15,13 @@ from tokenrelay.apidoc.errors import MEANING, OpenAIError
 
 COMPONENTS = "x-tokenrelay-components"
 SSE = "text/event-stream"
+# One server-sent event of a streamed answer: its `data` is a JSON payload (or chat's and completions'
+# closing `[DONE]`); the Responses and Messages streams name each event after its payload's `type`.
+SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+}
 
 
 def component_ref(name: str) -> dict[str, str]:
@@ -56,7 +63,7 @@ def lane_operation(
     """The POST operation of a generation-lane route (which FastAPI does not see)."""
     success: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
     if streams:
-        success[SSE] = {"schema": {"type": "string"}}
+        success[SSE] = {"schema": SSE_EVENT}
     error_name = error_body.__name__
     errors = {
         str(status): {

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from tokenrelay.auth.keystore import KeySpec
 from tokenrelay.store.timeutil import DURATION_PATTERN, parse_expiry, utcnow
 
-PositiveLimit = Annotated[int, Field(ge=1)]
+# The ledger's columns: 32-bit for the per-minute limits, 64-bit for the token budget.
+PositiveLimit = Annotated[int, Field(ge=1, le=2**31 - 1)]
 # A duration from now or a moment; either must be in the future (and before the year 10000).
 Expiry = Annotated[
     str,
@@ -32,7 +33,7 @@ class KeyCreate(BaseModel):
     models: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
     rpm: PositiveLimit | None = None
     tpm: PositiveLimit | None = None
-    budget_tokens: Annotated[int, Field(ge=0)] | None = None
+    budget_tokens: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     expires: Expiry | None = Field(default=None, description="30d, 12h, 2w ... from now, or an ISO date / date-time")
     admin: bool = False
 

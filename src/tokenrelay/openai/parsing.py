@@ -55,7 +55,7 @@ def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None
     try:
         return validate_strict(model, body, context)
     except ValidationError as exc:
-        raise from_validation_error(exc) from None
+        raise from_validation_error(exc, _parsed(body)) from None
 
 
 def validate_strict(model: type[Strict], body: bytes, context: dict[str, Any] | None = None) -> Strict:
@@ -68,6 +68,13 @@ def validate_strict(model: type[Strict], body: bytes, context: dict[str, Any] | 
             raise
     # Rare (a client that writes every number as a float), so the body is parsed once more only then.
     return model.model_validate_json(json.dumps(_as_integers(json.loads(body))), strict=True, context=context)
+
+
+def _parsed(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
 
 def _whole_float(error: Any) -> bool:

@@ -93,7 +93,7 @@ class AssistantMessage(_Message):
 class ToolMessage(_Message):
     role: Literal["tool"]
     content: Content
-    tool_call_id: str | None = None
+    tool_call_id: Annotated[str, Field(min_length=1)]
 
 
 class FunctionMessage(_Message):
@@ -239,12 +239,6 @@ def _check_choice(choice: object, names: list[str], param: str, listed: str) -> 
 
 
 def _check_answer(message: ToolMessage, index: int, made: set[str]) -> None:
-    if not message.tool_call_id:
-        raise InvalidRequest(
-            f"Missing required parameter: 'messages[{index}].tool_call_id'.",
-            param=f"messages.{index}.tool_call_id",
-            code="missing_required_parameter",
-        )
     if message.tool_call_id not in made:
         raise InvalidRequest(
             f"Invalid parameter: messages[{index}] has role 'tool' but answers tool_call_id "

@@ -20,6 +20,7 @@ from tokenrelay.errors import (
     PermissionDenied,
     QuotaExceeded,
     RateLimited,
+    field_path,
     from_validation_error,
 )
 
@@ -72,26 +73,3 @@ def invalid_body(exc: ValidationError, body: Any = None) -> InvalidRequest:
         return InvalidRequest(f"`{param}`: this field is not supported.", param=param, code="unsupported_parameter")
     where = f" at `{param}`" if param else ""
     return InvalidRequest(f"Invalid value{where}: {worst.get('msg')}", param=param, code="invalid_value")
-
-
-def field_path(loc: tuple[int | str, ...], body: Any) -> list[int | str]:
-    """`loc` walked through the body: what does not lead into it is a union's branch name (`list[...]`) or a
-    tagged union's tag (a block's `type`, a message's `role`), which names no field."""
-    path: list[int | str] = []
-    node, tag_seen = body, False
-    for i, part in enumerate(loc):
-        if i == len(loc) - 1:
-            if not (isinstance(part, str) and ("[" in part or (not isinstance(node, dict) and part in BRANCHES))):
-                path.append(part)
-        elif isinstance(node, dict) and not tag_seen and part in (node.get("type"), node.get("role")):
-            tag_seen = True  # the tag comes first, and once: a field named like it (a text block's `text`) follows
-        elif (isinstance(node, dict) and part in node) or (
-            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-        ):
-            path.append(part)
-            node, tag_seen = node[part], False  # type: ignore[index]
-    return path
-
-
-# The names pydantic gives a union's plain branches.
-BRANCHES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})

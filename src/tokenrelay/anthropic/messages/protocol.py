@@ -70,6 +70,7 @@ class ToolResultBlock(Strict):
 
 
 # What each role's message may hold: a user sends text, images and tool results; an assistant text and tool calls.
+# A list of blocks is never empty (as Anthropic's API requires).
 UserBlock = Annotated[TextBlock | ImageBlock | ToolResultBlock, Field(discriminator="type")]
 AssistantBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
 Block = UserBlock | AssistantBlock
@@ -77,7 +78,7 @@ Block = UserBlock | AssistantBlock
 
 class UserMessage(Strict):
     role: Literal["user"]
-    content: str | list[UserBlock]
+    content: str | Annotated[list[UserBlock], Field(min_length=1)]
 
     def blocks(self) -> list[UserBlock]:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
@@ -85,7 +86,7 @@ class UserMessage(Strict):
 
 class AssistantMessage(Strict):
     role: Literal["assistant"]
-    content: str | list[AssistantBlock]
+    content: str | Annotated[list[AssistantBlock], Field(min_length=1)]
 
     def blocks(self) -> list[AssistantBlock]:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content

@@ -262,11 +262,21 @@ class LlamaCppBackend:
                 raise InvalidRequest("`suffix` needs a text prompt, not token ids.", param="suffix")
             prompts.check_token_ids(self.model, prompt, "prompt")
             tokens, echo = list(prompt), self.model.detokenize(prompt)
-        if not tokens:
-            raise InvalidRequest("The prompt is empty and this model has no BOS token to start from.", param="prompt")
         bos = self.model.special("bos")
-        skip = 1 if isinstance(prompt, str) and bos is not None and tokens[0] == bos else 0
+        skip = 1 if isinstance(prompt, str) and bos is not None and tokens and tokens[0] == bos else 0
+        if not tokens:
+            tokens, skip = [self._document_start()], 1
         return PromptRun(tokens=tokens, first_index=first, echo_text=echo if request.echo else None, echo_from=skip)
+
+    def _document_start(self) -> int:
+        """What an empty prompt starts from: a document boundary, as OpenAI starts one from its end-of-text
+        token (BOS where the model has one, else its end-of-sequence token)."""
+        for name in ("bos", "eos"):
+            token = self.model.special(name)
+            if token is not None:
+                return token
+        message = "The prompt is empty and this model has no BOS or EOS token to start from."
+        raise InvalidRequest(message, param="prompt")
 
     def _check(self, request: GenerationRequest, n_prompt: int, max_tokens: int, prompt_param: str) -> None:
         prompts.check_context(n_prompt, max_tokens, self.n_ctx, prompt_param)

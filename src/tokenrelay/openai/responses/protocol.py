@@ -116,11 +116,6 @@ InputItem = Annotated[
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
     Discriminator(_item_type),
 ]
-# Union tags pydantic puts into an error's location; they mean nothing to a client reading `param`.
-UNION_TAGS = frozenset(
-    {"message", "function_call", "function_call_output", "input_text", "output_text", "input_image", "input_file"}
-    | {"refusal", "text", "json_object", "json_schema", "str", "list", "dict"}
-)
 
 
 class FunctionTool(ItemModel):
@@ -234,7 +229,7 @@ class ResponsesRequest(WireModel):
         if unknown:
             raise InvalidRequest(f"Unrecognized request argument supplied: {', '.join(unknown)}", param=unknown[0])
         for name, value in extra.items():
-            if value not in (None, [], False):
+            if not (value is None or value is False or value == []):  # `0` is a value (and equals False)
                 raise InvalidRequest(
                     f"`{name}` is not supported by this server.", param=name, code="unsupported_parameter"
                 )

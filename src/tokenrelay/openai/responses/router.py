@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from tokenrelay.apidoc.errors import error_responses
-from tokenrelay.apidoc.operations import SSE, json_body
+from tokenrelay.apidoc.operations import SSE, SSE_EVENT, json_body
 from tokenrelay.errors import NotFound
 from tokenrelay.openai.models import caller
 from tokenrelay.openai.responses.protocol import ResponsesRequest
@@ -28,7 +28,7 @@ router = APIRouter()
 _CREATED = {
     200: {
         "description": "A response object, or with `stream: true` a stream of response events (SSE).",
-        "content": {"application/json": {"schema": {"type": "object"}}, SSE: {"schema": {"type": "string"}}},
+        "content": {"application/json": {"schema": {"type": "object"}}, SSE: {"schema": SSE_EVENT}},
     },
     **error_responses(400, 404, 413, 429, 502, 503),
 }

@@ -25,7 +25,7 @@ from starlette.responses import Response
 from tokenrelay.backends.base import Backend, Events
 from tokenrelay.backends.upstream.native import NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
-from tokenrelay.errors import APIError, InvalidRequest, NotFound, from_validation_error
+from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import read_body, validate_strict
@@ -33,7 +33,7 @@ from tokenrelay.openai.relayed import relayed_response, relays
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.responses import translate
 from tokenrelay.openai.responses.ids import new_id
-from tokenrelay.openai.responses.protocol import UNION_TAGS, ResponsesRequest
+from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import ResponseHead, collected_response
 from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.openai.responses.stream import Payload, ResponseStream
@@ -105,33 +105,22 @@ def parse(raw: bytes) -> ResponsesRequest:
     try:
         return validate_strict(ResponsesRequest, raw)
     except ValidationError as exc:
-        raise _invalid(exc) from None
+        raise _invalid(exc, raw) from None
 
 
-def _invalid(exc: ValidationError) -> InvalidRequest:
+def _invalid(exc: ValidationError, raw: bytes) -> InvalidRequest:
     """The deepest complaint (where `input` is neither a string nor a valid list, the list's item is the news),
     an unknown field first among equals."""
     errors = exc.errors(include_url=False)
     if errors[0].get("type") == "json_invalid":
         return from_validation_error(exc)
     deepest = max(errors, key=lambda error: (len(error.get("loc", ())), error.get("type") == "extra_forbidden"))
-    param = _param(deepest.get("loc", ()))
+    param = ".".join(str(part) for part in field_path(deepest.get("loc", ()), loads(raw))) or None
     where = f" at `{param}`" if param else ""
     message = deepest.get("msg", "invalid value")
     if deepest.get("type") == "extra_forbidden":
         message = "this field is not part of the item"
     return InvalidRequest(f"Invalid value{where}: {message}", param=param, code="invalid_value")
-
-
-def _param(loc: tuple[int | str, ...]) -> str | None:
-    """The field's path without the union tags pydantic puts in it (`list[...]`, a class name, an item type)."""
-    kept: list[str] = []
-    for i, part in enumerate(loc):
-        after_index = i > 0 and (isinstance(loc[i - 1], int) or loc[i - 1] == "format")
-        tag = isinstance(part, str) and ("[" in part or part[:1].isupper() or (after_index and part in UNION_TAGS))
-        if not tag:
-            kept.append(str(part))
-    return ".".join(kept) or None
 
 
 async def _save(

@@ -66,7 +66,7 @@ def build_document(app: FastAPI, lane_routes: Mapping[str, Documented], settings
     schemas.update({k: v for k, v in flat_schemas(OpenAIError).items() if k not in schemas})
     components["securitySchemes"] = SECURITY_SCHEMES
     for name in ("ChatCompletionRequest", "CompletionRequest"):
-        _cap(schemas[name]["properties"]["n"], settings.max_n)
+        _cap(schemas[name]["properties"]["n"], _most_choices(settings))
     _name_models(schemas, [model.id for model in settings.served_models()])
     return doc
 
@@ -100,8 +100,14 @@ def _declare(operation: dict[str, Any], *statuses: int) -> None:
         operation["responses"].setdefault(str(status), {"description": MEANING[status], "content": content})
 
 
+def _most_choices(settings: Settings) -> int:
+    """`n` as every served model takes it: the embedded engine decodes at most `slots` sequences together."""
+    slots = [settings.engine_for(model).slots for model in settings.served_models() if model.embedded]
+    return min([settings.max_n, *slots])
+
+
 def _cap(field: dict[str, Any], most: int) -> None:
-    """Give an optional integer field this server's maximum (`max_n`)."""
+    """Give an optional integer field this server's maximum."""
     for branch in field.get("anyOf", [field]):
         if branch.get("type") == "integer":
             branch["maximum"] = most

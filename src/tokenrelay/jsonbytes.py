@@ -35,16 +35,11 @@ def dumps(body: Any) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode()
 
 
-def orjson_exact(data: bytes) -> bool:
-    """Whether orjson reads every number in `data` as `json` does (no run of 19 or more digits)."""
-    return _LONG_RUN not in data.translate(_DIGITS_AS_ZEROS)
-
-
 def loads(text: str | bytes) -> Any:
     """`json.loads(text)`, faster for the usual text (see the module's note)."""
     # surrogatepass: a lone surrogate becomes bytes that orjson refuses, so `json` reads that text as before
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    if orjson_exact(data):
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if _LONG_RUN not in data.translate(_DIGITS_AS_ZEROS):  # every number reads as `json` reads it
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -13,7 +13,7 @@ from tokenrelay.backends.base import TextDelta, Usage
 from tokenrelay.backends.upstream.metering import Meter
 from tokenrelay.backends.upstream.relay import json_object, reported_error
 from tokenrelay.backends.upstream.sse_parse import SSEMessage
-from tokenrelay.jsonbytes import dumps, loads
+from tokenrelay.jsonbytes import dumps
 
 NativeApi = Literal["responses", "messages"]
 
@@ -54,7 +54,7 @@ class AnswerReader:
                 continue
             kind = str(event.get("type") or message.event)
             if first and kind == "error":
-                raise reported_error(message.data.encode())
+                raise reported_error(message.data)
             self._stream_event(kind, event)
 
     def _stream_event(self, kind: str, event: dict[str, Any]) -> None:
@@ -145,7 +145,7 @@ def _event(message: SSEMessage) -> dict[str, Any] | None:
     if not message.data.strip():
         return None
     try:
-        event = loads(message.data)
+        event = message.json()
     except ValueError:
         return None
     return event if isinstance(event, dict) else None

@@ -219,7 +219,7 @@ def _read_messages(messages: list[SSEMessage], parse: Parser, events: list[Event
     it raises `NodeFailure`). Returns whether `[DONE]` came, and whether any chunk came before it."""
     got = False
     for message in messages:
-        if message.data == "[DONE]":
+        if message.data == b"[DONE]":
             # The answer is complete. Whatever follows is not waited for (the client's own [DONE] would wait
             # with it) nor judged: a node that breaks its framing after [DONE] has still answered. The body's
             # end usually came in the same read, and then the connection is reused.
@@ -230,16 +230,16 @@ def _read_messages(messages: list[SSEMessage], parse: Parser, events: list[Event
 
 
 def _chunk_events(message: SSEMessage, parse: Parser) -> list[Event]:
-    if not message.data.strip():
-        return []
     try:
-        chunk = loads(message.data)
+        chunk = message.json()
     except ValueError:
+        if not message.data.strip():  # an empty `data:` line, which says nothing
+            return []
         raise NodeFailure("the node sent a chunk that is not JSON") from None
-    if message.event == "error" and isinstance(chunk, dict):
-        raise reported_error(message.data.encode())
     if not isinstance(chunk, dict):
         raise NodeFailure("the node sent a chunk that is not a JSON object")
+    if message.event == "error":
+        raise reported_error(message.data)
     return _body_events(chunk, parse, "delta")
 
 

@@ -8,19 +8,32 @@ line ends an event; `:` starts a comment (keep-alives); only `event` and `data` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from tokenrelay.jsonbytes import loads
 
 
 @dataclass(slots=True)
 class SSEMessage:
-    data: str
+    """One event: its `data` as the node sent the bytes (JSON readers take bytes), its `event` name."""
+
+    data: bytes
     event: str = ""
+
+    def json(self) -> Any:
+        """The payload read as JSON. Bytes that are not UTF-8 read as the SSE standard decodes them, with
+        replacement characters (the payload is kept as bytes until here, so this costs only when needed)."""
+        try:
+            return loads(self.data)
+        except UnicodeDecodeError:
+            return loads(self.data.decode("utf-8", errors="replace"))
 
 
 class SSEDecoder:
     """Feed byte chunks split anywhere (mid-line, mid-character); get back the complete events.
 
     Line ends are made LF as bytes arrive; the bytes after the last blank line (an event not yet ended) wait
-    for the next chunk, so each event is decoded whole, once, and no character is cut in two."""
+    for the next chunk, so each event is cut out whole, once."""
 
     def __init__(self) -> None:
         self._pending = b""  # the events' bytes after the last blank line, line ends made LF
@@ -32,15 +45,16 @@ class SSEDecoder:
         self._cr = chunk.endswith(b"\r")
         if self._cr:
             chunk = chunk[:-1]
+        if b"\r" in chunk:  # most nodes end lines with LF alone
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         start = max(len(self._pending) - 1, 0)  # the pending bytes hold no blank line: search the new ones
-        buffer = self._pending + chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self._pending + chunk
         end = buffer.rfind(b"\n\n", start)
         if end < 0:
             self._pending = buffer
             return []
         self._pending = buffer[end + 2 :]
-        events = buffer[:end].decode("utf-8", errors="replace").split("\n\n")
-        return [message for block in events if (message := _message(block)) is not None]
+        return [message for block in buffer[:end].split(b"\n\n") if (message := _message(block)) is not None]
 
     def close(self) -> list[SSEMessage]:
         """The stream ended: an event the node did not finish with a blank line is still delivered.
@@ -48,24 +62,24 @@ class SSEDecoder:
         The SSE spec drops it, but a node that closes right after its last `data:` line meant to send it;
         a truncated one fails to parse as JSON and is reported as such.
         """
-        last = _message(self._pending.decode("utf-8", errors="replace"))
+        last = _message(self._pending)
         self._pending, self._cr = b"", False
         return [last] if last is not None else []
 
 
-def _message(block: str) -> SSEMessage | None:
+def _message(block: bytes) -> SSEMessage | None:
     """The event of one block of lines (blank lines, before it, end no event); None if it has no data."""
-    if block.startswith("data: ") and "\n" not in block:  # what nodes send: one `data:` line alone
+    if block.startswith(b"data: ") and b"\n" not in block:  # what nodes send: one `data:` line alone
         return SSEMessage(block[6:])
-    data: list[str] = []
+    data: list[bytes] = []
     event = ""
-    for line in block.split("\n"):
-        if not line or line.startswith(":"):  # a comment, such as a keep-alive
+    for line in block.split(b"\n"):
+        if not line or line.startswith(b":"):  # a comment, such as a keep-alive
             continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
+        name, _, value = line.partition(b":")
+        value = value.removeprefix(b" ")
+        if name == b"data":
             data.append(value)
-        elif name == "event":
-            event = value
-    return SSEMessage("\n".join(data), event) if data else None
+        elif name == b"event":
+            event = value.decode("utf-8", errors="replace")
+    return SSEMessage(b"\n".join(data), event) if data else None

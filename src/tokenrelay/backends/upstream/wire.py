@@ -29,10 +29,14 @@ _MODELLED = frozenset({"role", "content", "tool_calls", "function_call"})
 def chat_events(body: dict[str, Any], key: str) -> list[Event]:
     """Events of a chat chunk (`key="delta"`) or a chat body (`key="message"`), usage excluded."""
     events: list[Event] = []
-    for choice in _choices(body):
+    choices = body.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, dict):
+            continue
         index = _int(choice.get("index"))
         message = choice.get(key) or {}
-        logprobs = chat_logprobs(choice.get("logprobs"))
+        raw_logprobs = choice.get("logprobs")  # null in most chunks
+        logprobs = chat_logprobs(raw_logprobs) if raw_logprobs else []
         content = message.get("content")
         if content or logprobs:
             events.append(TextDelta(index, content if isinstance(content, str) else "", logprobs))

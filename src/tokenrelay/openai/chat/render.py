@@ -115,7 +115,8 @@ class ChatChunker:
 
     def _text(self, index: int, text: str, logprobs: list[TokenLogprob]) -> Chunk:
         content = {"content": logprob_content(logprobs), "refusal": None} if self.want_logprobs else None
-        return self.chunk([self._choice(index, {"content": text}, logprobs=content)])
+        # Most chunks are this one: its choice is written out whole rather than merged in `_choice`.
+        return self.chunk([{"index": index, "delta": {"content": text}, "logprobs": content, "finish_reason": None}])
 
     def _tool_delta(self, event: ToolCallDelta) -> dict[str, Any]:
         function: dict[str, Any] = {"arguments": event.arguments}

@@ -7,7 +7,11 @@ import pytest
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder, SSEMessage
 
 STREAM = 'data: {"a": "é"}\n\n: keep-alive\n\nevent: error\ndata: line one\ndata: line two\n\ndata: [DONE]\n\n'.encode()
-EXPECTED = [SSEMessage('{"a": "é"}'), SSEMessage("line one\nline two", "error"), SSEMessage("[DONE]")]
+EXPECTED = [
+    SSEMessage('{"a": "é"}'.encode()),
+    SSEMessage(b"line one\nline two", "error"),
+    SSEMessage(b"[DONE]"),
+]
 
 
 def decode(chunks: list[bytes]) -> list[SSEMessage]:
@@ -24,7 +28,7 @@ def test_events_survive_any_split_and_line_ending(size: int, newline: bytes) -> 
 
 
 def test_a_crlf_split_between_chunks_is_one_line_ending() -> None:
-    assert decode([b"data: x\r", b"\n\r", b"\ndata: y\r\n\r\n"]) == [SSEMessage("x"), SSEMessage("y")]
+    assert decode([b"data: x\r", b"\n\r", b"\ndata: y\r\n\r\n"]) == [SSEMessage(b"x"), SSEMessage(b"y")]
 
 
 def test_comments_and_blank_lines_alone_yield_nothing() -> None:
@@ -34,11 +38,11 @@ def test_comments_and_blank_lines_alone_yield_nothing() -> None:
 def test_an_unterminated_last_event_is_still_delivered_at_the_end() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b'data: {"last": true}') == []
-    assert decoder.close() == [SSEMessage('{"last": true}')]
+    assert decoder.close() == [SSEMessage(b'{"last": true}')]
 
 
 def test_field_without_space_and_unknown_fields() -> None:
-    assert decode([b"id: 7\nretry: 10\ndata:tight\n\n"]) == [SSEMessage("tight")]
+    assert decode([b"id: 7\nretry: 10\ndata:tight\n\n"]) == [SSEMessage(b"tight")]
 
 
 MIXED = (
@@ -51,17 +55,24 @@ MIXED = (
 def test_a_mixed_stream_split_anywhere_gives_its_events(size: int) -> None:
     got = decode([MIXED[i : i + size] for i in range(0, len(MIXED), size)])
     assert got == [
-        SSEMessage('{"n": 1}'),
-        SSEMessage("tight"),
-        SSEMessage("one\ntwo", "error"),
-        SSEMessage("\ufffd\ufffd broken"),  # not UTF-8: replacement characters, for the reader to refuse
-        SSEMessage("after id"),
-        SSEMessage('{"é": 2}'),
-        SSEMessage("[DONE]"),
+        SSEMessage(b'{"n": 1}'),
+        SSEMessage(b"tight"),
+        SSEMessage(b"one\ntwo", "error"),
+        SSEMessage(b"\xff\xfe broken"),  # not UTF-8: kept as sent, for the reader to judge
+        SSEMessage(b"after id"),
+        SSEMessage('{"é": 2}'.encode()),
+        SSEMessage(b"[DONE]"),
     ]
 
 
-def test_a_character_split_between_chunks_is_decoded_whole() -> None:
-    data = "data: é✓🦊\n\n".encode()
+def test_a_character_split_between_chunks_is_read_whole() -> None:
+    data = 'data: "é✓🦊"\n\n'.encode()
     for cut in range(7, 17):
-        assert decode([data[:cut], data[cut:]]) == [SSEMessage("é✓🦊")]
+        [message] = decode([data[:cut], data[cut:]])
+        assert message.json() == "é✓🦊"
+
+
+def test_a_payload_that_is_not_utf8_reads_with_replacement_characters() -> None:
+    # As the SSE standard decodes a stream: the JSON stays readable, the bad bytes become U+FFFD.
+    [message] = decode([b'data: {"text": "caf\xe9 \xff"}\n\n'])
+    assert message.json() == {"text": "caf\ufffd \ufffd"}

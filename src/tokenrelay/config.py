@@ -65,7 +65,14 @@ _IPV6 = "|".join(
         rf"(({_H16}:){{0,6}}{_H16})?::",
     )
 )
-_NODE_URL = rf"^https?://([^\s/?#@\[\]]+@)?([A-Za-z0-9._~%-]+|\[({_IPV6})\])(:{_PORT})?([/?#]\S*)?$"
+# Credentials and the rest of the URL in visible ASCII (non-ASCII is percent-encoded), spelled out as ranges: `\s`
+# and `\S` differ between the document's regex dialect and pydantic's (U+0085 is a space in one only).
+_USERINFO = r"[\x21\x22\x24-\x2e\x30-\x3e\x41-\x5a\x5c\x5e-\x7e]+"  # visible ASCII but / ? # @ [ ]
+_NODE_URL = rf"^https?://({_USERINFO}@)?([A-Za-z0-9._~%-]+|\[({_IPV6})\])(:{_PORT})?([/?#][\x21-\x7e]*)?$"
+
+
+# A key sent in a request header: visible ASCII characters, no spaces or line breaks.
+HEADER_TOKEN = r"^[!-~]+$"
 
 
 class UpstreamSettings(BaseModel):
@@ -77,7 +84,9 @@ class UpstreamSettings(BaseModel):
     url: str = Field(pattern=_NODE_URL)
     name: str | None = Field(default=None, min_length=1, description="label in logs and status (default: host:port)")
     model: str | None = Field(default=None, description="the node's own name for the model (default: the id)")
-    api_key: SecretStr | None = None
+    api_key: SecretStr | None = Field(
+        default=None, json_schema_extra={"pattern": HEADER_TOKEN}, description="sent as `Authorization: Bearer`"
+    )
     weight: float = Field(default=1.0, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
     completions_via_chat: bool = Field(default=False, description="serve /v1/completions through the node's chat")
@@ -97,6 +106,14 @@ class UpstreamSettings(BaseModel):
         if not parts.hostname:
             raise ValueError("the URL has no host")
         return url
+
+    @field_validator("api_key")
+    @classmethod
+    def _fits_a_header(cls, key: SecretStr | None) -> SecretStr | None:
+        # pydantic applies no `pattern` to a SecretStr, so the schema's pattern is checked here.
+        if key is not None and re.fullmatch(HEADER_TOKEN, key.get_secret_value()) is None:
+            raise ValueError("the key goes into a request header: printable ASCII without spaces")
+        return key
 
     @property
     def label(self) -> str:

@@ -23,7 +23,8 @@ The document names the served models as examples of `model`, so valid requests r
 do is its own, and a valid request that asks for more is refused (a 400 naming the field), so the hooks also
 keep to what the default models can do: read text only (no images, audio or files), no fill-in-the-middle
 (`suffix`), no shortened embeddings (`dimensions`), token ids within the smaller vocabulary. And they keep
-generations short (`MAX_TOKENS`), also where the request sets no limit.
+generations short (`MAX_TOKENS`), also where the request sets no limit, and put the nodes that registrations
+add (which do not exist) under models of their own.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SMALLEST_VOCABULARY = 49_152  # smollm2-135m-instruct's; gemma-3-270m's is large
 # Content of other kinds than text, in chat (`image_url`, `input_audio`, `file`), Messages (`image`) and
 # Responses (`input_image`, `input_file`).
 MEDIA = frozenset({"image_url", "input_audio", "file", "image", "input_image", "input_file"})
+NODE_MODELS = "contract-node-"  # the prefix of the models generated node registrations serve
 # Each generation endpoint's output limit, set where a valid request leaves it out.
 LIMITS = {
     "/v1/chat/completions": ("max_tokens", "max_completion_tokens"),
@@ -66,14 +68,17 @@ def filter_case(ctx: Any, case: Any) -> bool:
 
 @schemathesis.hook
 def map_case(ctx: Any, case: Any) -> Any:
-    body, limits = case.body, LIMITS.get(case.operation.path, ())
-    if not isinstance(body, dict) or not limits:
+    """Valid cases only: an invalid one changed might become valid (and be accepted, as it then should)."""
+    body, path = case.body, case.operation.path
+    if not isinstance(body, dict) or (case.meta is not None and not case.meta.generation.mode.is_positive):
         return case
+    if path == "/admin/nodes":
+        _own_model(body)
+    limits = LIMITS.get(path, ())
     for field in limits:
         if isinstance(body.get(field), int) and body[field] > MAX_TOKENS:
             body[field] = MAX_TOKENS
-    positive = case.meta is None or case.meta.generation.mode.is_positive
-    if positive and all(body.get(field) is None for field in limits):
+    if limits and all(body.get(field) is None for field in limits):
         body[limits[0]] = MAX_TOKENS
     return case
 
@@ -83,6 +88,14 @@ def before_add_examples(ctx: Any, examples: list[Any]) -> None:
     """The examples phase applies no case hooks; its cases get the same treatment here."""
     kept = [map_case(ctx, case) for case in examples if filter_case(ctx, case)]
     examples[:] = kept
+
+
+def _own_model(registration: dict[str, Any]) -> None:
+    """A registered node for a model of its own: the generated nodes do not exist, and a model served by one
+    answers 502, as it should; other operations' requests name other models (as often as not `0`)."""
+    model = registration.get("model_id")
+    if isinstance(model, str) and model:
+        registration["model_id"] = (NODE_MODELS + model)[:256]
 
 
 def _within_models(path: str, body: dict[str, Any]) -> bool:

@@ -30,8 +30,8 @@ META = ResponseMeta(id="chatcmpl-1", created=0, model="m", system_fingerprint="f
 
 
 async def writes_of(events: AsyncIterator[Events]) -> list[list[bytes]]:
-    """Serve the events as an SSE response; the frames of each body message, in order, but for the empty
-    one that ends the body. The call is reported once, after the last body message."""
+    """Serve the events as an SSE response; the frames of each body message, in order (the last one ends the
+    body). The call is reported once, after the last body message."""
     bodies: list[dict[str, Any]] = []
     reports: list[int] = []  # the number of body messages sent when the call was reported
     response = await streamed(
@@ -51,8 +51,8 @@ async def writes_of(events: AsyncIterator[Events]) -> list[list[bytes]]:
 
     await response({"type": "http"}, receive, send)
     assert [m["more_body"] for m in bodies] == [True] * (len(bodies) - 1) + [False]
-    assert reports == [len(bodies)] and bodies[-1]["body"] == b""
-    return [[f + b"\n\n" for f in m["body"].split(b"\n\n") if f] for m in bodies[:-1]]
+    assert reports == [len(bodies)]
+    return [[f + b"\n\n" for f in m["body"].split(b"\n\n") if f] for m in bodies]
 
 
 def content(frame: bytes) -> str:
@@ -87,7 +87,8 @@ async def test_an_engine_producing_a_token_at_a_time_gets_a_write_per_token() ->
         yield [Finish(0, "stop")]
 
     writes = await writes_of(engine())
-    assert [len(w) for w in writes] == [2, 1, 1, 1]  # the opening with "one", " two", the finish, [DONE]
+    # The opening with "one", " two", the finish, and [DONE] in the message that ends the body.
+    assert [len(w) for w in writes] == [2, 1, 1, 1]
 
 
 async def test_a_stream_is_reported_once_after_its_last_write_or_when_the_client_is_gone() -> None:

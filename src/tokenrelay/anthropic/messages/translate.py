@@ -125,7 +125,7 @@ def _user(blocks: list[UserBlock]) -> list[dict[str, Any]]:
                 parts = []
             text = (ERROR_MARK if block.is_error else "") + block.text()
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
-    if parts:
+    if parts or not out:  # an empty list of blocks is an empty turn
         out.append(_user_turn(parts))
     return out
 

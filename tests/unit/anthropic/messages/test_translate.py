@@ -44,6 +44,16 @@ def test_system_blocks_are_joined() -> None:
     assert chat.messages[0].text() == "One. Two."
 
 
+def test_an_empty_list_of_blocks_is_an_empty_turn() -> None:
+    messages = [
+        {"role": "user", "content": []},
+        {"role": "assistant", "content": []},
+        {"role": "user", "content": "Hi"},
+    ]
+    chat = to_chat(request(messages=messages))
+    assert [(m.role, m.text()) for m in chat.messages] == [("user", ""), ("assistant", ""), ("user", "Hi")]
+
+
 def test_a_tool_round_trip_becomes_tool_calls_and_tool_messages() -> None:
     messages = [
         {"role": "user", "content": "Weather in Paris?"},

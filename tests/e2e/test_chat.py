@@ -32,6 +32,14 @@ def test_response_shape_usage_and_schema(client: OpenAI) -> None:
     assert reply.system_fingerprint and reply.system_fingerprint.startswith("fp_")
 
 
+def test_continue_final_message_needs_an_assistant_message_last(client: OpenAI) -> None:
+    with pytest.raises(BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL, messages=user("Hi"), max_tokens=2, extra_body={"continue_final_message": True}
+        )
+    assert info.value.body["param"] == "continue_final_message"
+
+
 def test_max_completion_tokens_wins_over_max_tokens(client: OpenAI) -> None:
     reply = client.chat.completions.create(
         model=MODEL, messages=PROMPT, max_tokens=9, max_completion_tokens=3, temperature=0

@@ -13,6 +13,7 @@ import httpx
 import jsonschema
 import pytest
 from accounting_support import create_key, ledger_rows, sqlite_url
+from openai import OpenAI
 from servers import Server, start_server
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -151,6 +152,26 @@ def test_a_streamed_tool_call_arrives_as_input_json(deployment: Deployment) -> N
 
 
 # Keys, errors, ledger -------------------------------------------------------------------------------
+def test_a_prefill_is_continued_and_only_the_new_text_comes_back(deployment: Deployment) -> None:
+    prefill_text = "The first colour is"
+    prefill = [*ASK, {"role": "assistant", "content": prefill_text}]
+    client = deployment.client()
+    message = greedy(client, messages=prefill, max_tokens=6)
+    assert text_of(message) and not text_of(message).startswith(prefill_text)
+    # The prompt is the question's, its assistant turn opened, and the prefill's tokens: the turn is left open.
+    asked = client.messages.count_tokens(model=CHAT_MODEL, messages=ASK).input_tokens
+    bearer = {"Authorization": f"Bearer {deployment.keys['plain']}"}
+    with httpx.Client(base_url=deployment.server.base_url, headers=bearer) as http:
+        tokens = http.post("/tokenize", json={"model": CHAT_MODEL, "prompt": prefill_text}).json()["count"]
+    assert client.messages.count_tokens(model=CHAT_MODEL, messages=prefill).input_tokens == asked + tokens
+    # Chat offers the same as vLLM's `continue_final_message`, and continues alike.
+    chat = OpenAI(base_url=f"{deployment.server.base_url}/v1", api_key=deployment.keys["plain"], max_retries=0)
+    continued = chat.chat.completions.create(
+        model=CHAT_MODEL, messages=prefill, max_tokens=6, temperature=0, extra_body={"continue_final_message": True}
+    )
+    assert continued.choices[0].message.content == text_of(message)
+
+
 def test_keys_by_x_api_key_or_bearer(deployment: Deployment) -> None:
     key = deployment.keys["plain"]
     bearer = anthropic.Anthropic(base_url=deployment.server.base_url, auth_token=key, api_key=None, max_retries=0)

@@ -15,7 +15,8 @@ compares a value only with constants) or with the clock:
 - chat sends `tools` or the legacy `functions`, not both: two fields judged together;
 - the tools (or legacy `functions`) of a request have different names: a property compared across items,
   which `uniqueItems` (whole items) cannot say;
-- a Messages request ends with a user turn: a property of the array's last item, which `items` cannot single out;
+- a last message that is continued (a Messages prefill, chat's `continue_final_message`) is an assistant's with
+  text only: a property of the array's last item, which `items` cannot single out;
 - a key's `expires` is in the future, a usage window's `since`/`until` fit the bucket: judged against the clock.
 Every other rule must be in the document itself.
 
@@ -134,9 +135,9 @@ def _body_fits(path: str, body: dict[str, Any]) -> bool:
         return False
     if path == "/v1/chat/completions":
         one_kind = not (body.get("tools") and body.get("functions"))
-        return one_kind and _choices_named(body) and _tool_answers_made(body)
+        return one_kind and _choices_named(body) and _tool_answers_made(body) and _continues_an_assistant(body)
     if path in ("/v1/messages", "/v1/messages/count_tokens"):
-        return _tool_choice_listed(body) and _ends_with_user(body) and _results_answer_uses(body)
+        return _tool_choice_listed(body) and _prefill_is_text(body) and _results_answer_uses(body)
     if path == "/v1/responses":
         return _tool_choice_listed(body) and _outputs_answer_calls(body)
     if path == "/v1/completions":
@@ -200,10 +201,22 @@ def _tool_choice_listed(body: dict[str, Any]) -> bool:
     return (name is None or name in tools) and not (forced and not tools)
 
 
-def _ends_with_user(body: dict[str, Any]) -> bool:
-    """Messages: the last message is the user's (continuing an assistant message is not served)."""
+def _prefill_is_text(body: dict[str, Any]) -> bool:
+    """Messages: a last assistant message (a prefill) holds no `tool_use` block."""
     messages = body.get("messages")
-    return not isinstance(messages, list) or not messages or _role(messages[-1]) == "user"
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if _role(last) != "assistant" or not isinstance(last.get("content"), list):
+        return True
+    return not any(isinstance(block, dict) and block.get("type") == "tool_use" for block in last["content"])
+
+
+def _continues_an_assistant(body: dict[str, Any]) -> bool:
+    """Chat: `continue_final_message` needs a last assistant message without tool calls."""
+    messages = body.get("messages")
+    if body.get("continue_final_message") is not True or not isinstance(messages, list) or not messages:
+        return True
+    last = messages[-1]
+    return _role(last) == "assistant" and not (last.get("tool_calls") or last.get("function_call"))
 
 
 def _outputs_answer_calls(body: dict[str, Any]) -> bool:

@@ -194,6 +194,22 @@ class ChatCompletionRequest(GenerationRequest):
     functions: Annotated[list[FunctionDef], Field(min_length=1)] | None = None
     function_call: Literal["none", "auto"] | NamedFunction | None = None
     service_tier: str | None = None
+    continue_final_message: bool = Field(
+        default=False,
+        description="vLLM's extension: the model writes on from the last message, an assistant's, in place of a "
+        "new turn (the answer holds only the new text)",
+    )
+
+    @model_validator(mode="after")
+    def _continues_an_assistant(self) -> ChatCompletionRequest:
+        last = self.messages[-1]
+        plain = isinstance(last, AssistantMessage) and not (last.tool_calls or last.function_call)
+        if self.continue_final_message and not plain:
+            raise InvalidRequest(
+                "continue_final_message needs the last message to be an assistant's, with text and no tool calls.",
+                param="continue_final_message",
+            )
+        return self
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:

@@ -38,6 +38,8 @@ def to_chat(request: CountTokensRequest, *, stream: bool = False) -> ChatComplet
     """The chat request the Messages request stands for (a count_tokens body has no sampling fields)."""
     _check_supported(request)
     body: dict[str, Any] = {"model": request.model, "messages": _system(request.system) + _messages(request.messages)}
+    if request.messages[-1].role == "assistant":
+        body["continue_final_message"] = True  # a prefill: the answer writes on from it
     if request.tools:
         body["tools"] = [_tool(tool) for tool in request.tools]
     if request.tool_choice is not None:
@@ -58,11 +60,10 @@ def _check_supported(request: CountTokensRequest) -> None:
             code="unsupported_parameter",
         )
     last = request.messages[-1]
-    if last.role == "assistant":
-        # Chat templates open a new assistant turn after the messages; continuing one is not expressible.
+    if last.role == "assistant" and any(block.type == "tool_use" for block in last.blocks()):
         raise InvalidRequest(
-            "The last message must be a user message: continuing an assistant message (prefill) is not supported.",
-            param=f"messages.{len(request.messages) - 1}.role",
+            "A final assistant message (a prefill the answer continues) may hold text only, not `tool_use` blocks.",
+            param=f"messages.{len(request.messages) - 1}.content",
         )
 
 

@@ -211,7 +211,8 @@ class LlamaCppBackend:
         # so it runs off the event loop. Errors still come before the first event, so they stay plain 400s.
         output = await asyncio.to_thread(output_plan, request)
         messages, tools = tool_prompt(prompts.template_messages(request), output.tools, self.template.takes_tools)
-        return prompts.chat_prompt(self.model, self.template, messages, tools), output
+        prompt = prompts.chat_prompt(self.model, self.template, messages, tools, request.continue_final_message)
+        return prompt, output
 
     async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:
         tokens, output = await self._chat_prompt(request)

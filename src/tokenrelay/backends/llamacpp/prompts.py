@@ -44,9 +44,13 @@ def _plain(value: Any) -> Any:
 
 
 def chat_prompt(
-    model: LlamaModel, template: ChatTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    model: LlamaModel,
+    template: ChatTemplate,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    continued: bool = False,
 ) -> list[int]:
-    text = template.render(messages, tools)
+    text = template.render(messages, tools, continued=continued)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     bos = model.special("bos")
     if model.add_bos and bos is not None and (not tokens or tokens[0] != bos):

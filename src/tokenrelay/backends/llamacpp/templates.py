@@ -68,14 +68,34 @@ class ChatTemplate:
         self._template = env.from_string(self.source)
         self.takes_tools = "tools" in meta.find_undeclared_variables(env.parse(self.source))
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, continued: bool = False
+    ) -> str:
+        """The prompt: the messages and a new assistant turn opened, or with `continued` the last message (an
+        assistant's) left open, so that the model writes on from its text (vLLM's `continue_final_message`)."""
+        if continued and not messages[-1].get("content"):
+            messages, continued = messages[:-1], False  # nothing written yet: the answer starts afresh
         try:
-            return self._template.render(
+            text = self._template.render(
                 messages=messages,
                 tools=tools,
-                add_generation_prompt=True,
+                add_generation_prompt=not continued,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
             )
         except TemplateError as exc:
             raise InvalidRequest(f"The model's chat template rejected the messages: {exc}", param="messages") from exc
+        return _cut_after(text, messages[-1]["content"]) if continued else text
+
+
+def _cut_after(text: str, last: str) -> str:
+    """`text` up to the end of the last message's content, dropping what the template closes the turn with.
+    Templates may trim a message, so its trimmed text is looked for too."""
+    for content in (last, last.rstrip()):
+        end = text.rfind(content)
+        if content and end >= 0:
+            return text[: end + len(content)]
+    raise InvalidRequest(
+        "This model's chat template does not show the last message as written, so it cannot be continued.",
+        param="continue_final_message",
+    )

@@ -37,6 +37,8 @@ def completion_as_chat(request: CompletionRequest, node_model: str) -> dict[str,
 
 def _finish(body: dict[str, Any], node_model: str, stream: bool) -> dict[str, Any]:
     body["model"] = node_model
+    if body.get("continue_final_message"):
+        body["add_generation_prompt"] = False  # vLLM refuses the continuation with its default `true`
     if stream:
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
     return body

@@ -133,10 +133,19 @@ def test_thinking_is_refused_by_name() -> None:
     assert caught.value.param == "thinking"
 
 
-def test_an_assistant_prefill_is_refused() -> None:
+def test_an_assistant_prefill_is_continued() -> None:
+    chat = to_chat(request(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]))
+    assert chat.continue_final_message is True
+    assert (chat.messages[-1].role, chat.messages[-1].text()) == ("assistant", "Hel")
+    assert to_chat(request()).continue_final_message is False
+
+
+def test_a_prefill_holds_text_only() -> None:
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": [call]}]
     with pytest.raises(InvalidRequest) as caught:
-        to_chat(request(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]))
-    assert caught.value.param == "messages.1.role"
+        to_chat(request(messages=messages, tools=[WEATHER]))
+    assert caught.value.param == "messages.1.content"
 
 
 def test_a_tool_result_must_answer_an_earlier_tool_use() -> None:

@@ -52,6 +52,35 @@ def test_gemma_builtin_merges_system_into_the_first_user_turn_and_names_speakers
     )
 
 
+def continued(source: str, messages: list[dict]) -> str:
+    return ChatTemplate(source, "test", bos_token="<bos>", eos_token="</s>").render(messages, continued=True)
+
+
+def test_a_continued_assistant_message_is_left_open() -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, I am"}]
+    assert continued(HF_STYLE, messages) == "<|user|>\nHi</s>\n<|assistant|>\nHello, I am"
+    gemma = continued(builtin_template("gemma"), messages)
+    assert gemma == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello, I am"
+
+
+def test_a_template_that_trims_is_continued_after_the_trimmed_text() -> None:
+    trims = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] | trim }};{% endfor %}"
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Well, "}]
+    assert continued(trims, messages) == "[user] Hi;[assistant] Well,"
+
+
+def test_an_empty_message_to_continue_opens_the_turn_as_usual() -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": ""}]
+    assert continued(HF_STYLE, messages) == render(HF_STYLE, messages[:1])
+
+
+def test_a_template_that_hides_the_message_cannot_continue_it() -> None:
+    hides = "{% for m in messages %}{{ m['role'] }};{% endfor %}"
+    with pytest.raises(InvalidRequest) as info:
+        continued(hides, [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}])
+    assert info.value.param == "continue_final_message"
+
+
 def test_template_choice_order(tmp_path: Path) -> None:
     custom = tmp_path / "t.jinja"
     custom.write_text("X")

@@ -27,6 +27,7 @@ from tokenrelay.backends.base import DeltaFields, Finish, Served, TextDelta, Too
 from tokenrelay.errors import UpstreamError
 from tokenrelay.openai.chat.render import ChatChunker, chat_response
 from tokenrelay.openai.render import ResponseMeta, collect
+from tokenrelay.protocol.chat import ChatCompletionRequest
 
 pytestmark = ON_ASYNCIO
 nodes = nodes_fixture("http1", "aiohttp")
@@ -161,6 +162,19 @@ async def test_tool_call_deltas_and_logprobs_are_read_from_chunks(nodes: FakeNod
     assert calls == [ToolCallDelta(0, 0, "call_1", "f", '{"a"'), ToolCallDelta(0, 0, None, None, ": 1}")]
     first = next(e for e in events if isinstance(e, TextDelta))
     assert first.logprobs[0].token == "x" and first.logprobs[0].logprob == -0.5
+
+
+async def test_a_continuation_asks_the_node_for_no_new_turn(nodes: FakeNodes) -> None:
+    # vLLM takes `continue_final_message` only with `add_generation_prompt: false`.
+    nodes.on("a", answer(lambda: event_stream(sse(chunk("lo", finish="stop")))))
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}]
+    request = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": messages, "stream": True, "continue_final_message": True}
+    )
+    await drain(nodes.backend("a").chat(request, "rid"))
+    (body,) = nodes.bodies("a")
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert body["messages"][-1] == {"role": "assistant", "content": "Hel"}
 
 
 async def test_body_sent_to_the_node_keeps_every_field_and_rewrites_only_the_model(nodes: FakeNodes) -> None:

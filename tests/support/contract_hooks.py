@@ -224,29 +224,28 @@ def _outputs_answer_calls(body: dict[str, Any]) -> bool:
     items = body.get("input")
     if not isinstance(items, list):
         return True
-    made: set[Any] = set()
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "function_call":
-            made.add(_id(item.get("call_id")))
-        elif item.get("type") == "function_call_output" and _id(item.get("call_id")) not in made:
-            return False
-    return True
+    return _answers_follow_calls(items, ("function_call", "call_id"), ("function_call_output", "call_id"))
 
 
 def _results_answer_uses(body: dict[str, Any]) -> bool:
     """Messages: each `tool_result` block answers a `tool_use` block of an earlier assistant message."""
-    made: set[str | None] = set()
+    blocks = []
     for message in body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
-        for block in content if isinstance(content, list) else []:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "tool_use":
-                made.add(_id(block.get("id")))
-            elif block.get("type") == "tool_result" and _id(block.get("tool_use_id")) not in made:
-                return False
+        blocks += content if isinstance(content, list) else []
+    return _answers_follow_calls(blocks, ("tool_use", "id"), ("tool_result", "tool_use_id"))
+
+
+def _answers_follow_calls(items: list[Any], call: tuple[str, str], answer: tuple[str, str]) -> bool:
+    """Each item of type `answer[0]` names, in its field `answer[1]`, the id (`call[1]`) of an earlier `call[0]`."""
+    made: set[str | None] = set()
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == call[0]:
+            made.add(_id(item.get(call[1])))
+        elif item.get("type") == answer[0] and _id(item.get(answer[1])) not in made:
+            return False
     return True
 
 

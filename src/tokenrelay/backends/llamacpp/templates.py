@@ -75,27 +75,29 @@ class ChatTemplate:
         assistant's) left open, so that the model writes on from its text (vLLM's `continue_final_message`)."""
         if continued and not messages[-1].get("content"):
             messages, continued = messages[:-1], False  # nothing written yet: the answer starts afresh
+        if not continued:
+            return self._render(messages, tools, add_generation_prompt=True)
+        # The last message is rendered as a marker, so that its place is found whatever the template does
+        # around it (searching for the text itself could find it inside the turn's closing tokens).
+        last = messages[-1]["content"]
+        text = self._render([*messages[:-1], {**messages[-1], "content": _MARKER}], tools, add_generation_prompt=False)
+        end = text.rfind(_MARKER)
+        if end < 0:
+            raise InvalidRequest(
+                "This model's chat template does not show the last message, so it cannot be continued.",
+                param="continue_final_message",
+            )
+        return text[:end] + last
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, **flags: bool) -> str:
         try:
-            text = self._template.render(
-                messages=messages,
-                tools=tools,
-                add_generation_prompt=not continued,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
+            return self._template.render(
+                messages=messages, tools=tools, bos_token=self.bos_token, eos_token=self.eos_token, **flags
             )
         except TemplateError as exc:
             raise InvalidRequest(f"The model's chat template rejected the messages: {exc}", param="messages") from exc
-        return _cut_after(text, messages[-1]["content"]) if continued else text
 
 
-def _cut_after(text: str, last: str) -> str:
-    """`text` up to the end of the last message's content, dropping what the template closes the turn with.
-    Templates may trim a message, so its trimmed text is looked for too."""
-    for content in (last, last.rstrip()):
-        end = text.rfind(content)
-        if content and end >= 0:
-            return text[: end + len(content)]
-    raise InvalidRequest(
-        "This model's chat template does not show the last message as written, so it cannot be continued.",
-        param="continue_final_message",
-    )
+# Stands in for a message being continued: text no message holds, that templates keep as it is (no whitespace
+# at its ends to trim, nothing to escape).
+_MARKER = "tokenrelay-continues-here-7f3a9c"

@@ -63,10 +63,11 @@ def test_a_continued_assistant_message_is_left_open() -> None:
     assert gemma == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello, I am"
 
 
-def test_a_template_that_trims_is_continued_after_the_trimmed_text() -> None:
-    trims = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] | trim }};{% endfor %}"
-    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Well, "}]
-    assert continued(trims, messages) == "[user] Hi;[assistant] Well,"
+def test_the_continued_text_is_found_by_its_place_not_by_its_words() -> None:
+    # "end" also appears in the closing tag after it: the prompt still ends with the message as written.
+    tags = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | trim }}</end>{% endfor %}"
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "The end "}]
+    assert continued(tags, messages) == "<user>Hi</end><assistant>The end "
 
 
 def test_an_empty_message_to_continue_opens_the_turn_as_usual() -> None:

@@ -83,13 +83,15 @@ def start_server(
     return server
 
 
-def wait_ready(server: Server, timeout: float = 180) -> None:
+def wait_ready(server: Server, timeout: float = 180, path: str = "/health") -> None:
+    """Until `GET path` answers 200 (a tokenrelay's `/health`; another server's own page); the log's tail in
+    the error if the server dies or never does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"server exited early ({server.process.returncode}):\n{server.log()[-4000:]}")
         try:
-            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{server.base_url}{path}", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-from servers import SUPPORT, Server, free_port
+from servers import SUPPORT, Server, free_port, wait_ready
 
 
 def start_llama_node(tmp: Path, gguf: Path, alias: str, *extra: str, n_ctx: int = 1024) -> Server:
@@ -27,15 +25,5 @@ def start_llama_node(tmp: Path, gguf: Path, alias: str, *extra: str, n_ctx: int 
 
 
 def wait_models(server: Server, timeout: float = 120) -> None:
-    """Until the node answers `GET /v1/models`; its log's tail in the error if it dies or never does."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"node exited early:\n{server.log()[-3000:]}")
-        try:
-            if httpx.get(f"{server.base_url}/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"node did not start:\n{server.log()[-3000:]}")
+    """Until the node answers `GET /v1/models` (it has no `/health`)."""
+    wait_ready(server, timeout, path="/v1/models")

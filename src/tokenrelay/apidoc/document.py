@@ -95,7 +95,7 @@ def _name_models(schemas: dict[str, Any], served: list[str]) -> None:
     are listed by `/v1/models`)."""
     for name, schema in schemas.items():
         model = schema.get("properties", {}).get("model")
-        if name.endswith("Request") and model is not None and served:
+        if name.endswith("Request") and model is not None:
             model["examples"] = served
 
 

@@ -113,6 +113,30 @@ def test_malformed_bodies(server, raw: bytes) -> None:
     assert_error(post(server, "/v1/chat/completions", raw), 400)
 
 
+DEEP_BODIES = {
+    "/v1/chat/completions": "openai",
+    "/v1/completions": "openai",
+    "/v1/responses": "openai",
+    "/v1/embeddings": "openai",
+    "/tokenize": "openai",
+    "/v1/messages": "anthropic",
+    "/v1/messages/count_tokens": "anthropic",
+}
+
+
+@pytest.mark.parametrize("depth", [1_000, 200_000])
+@pytest.mark.parametrize("path", list(DEEP_BODIES))
+def test_a_deeply_nested_body_is_a_400_in_the_endpoints_shape(server, path: str, depth: int) -> None:
+    nested = f'{{"model": "{MODEL}", "x": {"[" * depth}{"]" * depth}}}'
+    response = post(server, path, nested)
+    if DEEP_BODIES[path] == "openai":
+        assert_error(response, 400, code="invalid_json")
+    else:
+        assert response.status_code == 400, response.text
+        assert response.json()["type"] == "error" and response.json()["error"]["type"] == "invalid_request_error"
+    assert post(server, "/v1/chat/completions", CHAT).status_code == 200
+
+
 def test_a_body_past_the_limit_is_413_and_the_server_goes_on(server) -> None:
     filler = "x" * (33 << 20)  # past the 32 MiB limit, sent in many ASGI messages
     big = json.dumps(CHAT | {"messages": [{"role": "user", "content": filler}]})

@@ -1,6 +1,7 @@
 """A gateway in front of another tokenrelay that serves `/v1/responses` and `/v1/messages` itself, declared with
 `native_apis`: the requests go to the node as sent and its answers come back as they are, equal to asking the node
-directly, with a ledger row at the gateway for each call."""
+directly, with a ledger row at the gateway for each call. The gateway has keys (the node has none): what a node
+keeps is the gateway's to guard."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import anthropic
 import openai
 import pytest
 import yaml
-from accounting_support import ledger_rows, sqlite_url
+from accounting_support import create_key, ledger_rows, sqlite_url
 from servers import Server, start_server, wait_ready
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -25,12 +26,16 @@ class Pair:
     gateway: Server
     node: Server
     database: str
+    keys: dict[str, str]  # the gateway's keys by name
 
-    def openai(self, server: Server) -> openai.OpenAI:
-        return server.client()
+    def key(self, server: Server, name: str) -> str:
+        return self.keys[name] if server is self.gateway else "none"
 
-    def anthropic(self, server: Server) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=server.base_url, api_key="none", max_retries=0)
+    def openai(self, server: Server, key: str = "alice") -> openai.OpenAI:
+        return server.client(api_key=self.key(server, key))
+
+    def anthropic(self, server: Server, key: str = "alice") -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=server.base_url, api_key=self.key(server, key), max_retries=0)
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +50,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         path = tmp / "gateway.yaml"
         path.write_text(yaml.safe_dump(config))
         database = sqlite_url(tmp)
+        keys = {name: create_key(database, name) for name in ("alice", "bob")}
         gateway = start_server(tmp, "--config", str(path), "--database-url", database)
         started.append(gateway)
-        yield Pair(gateway, node, database)
+        yield Pair(gateway, node, database, keys)
     finally:
         for server in started:
             server.stop()
@@ -98,19 +104,52 @@ def test_a_response_stream_is_the_nodes_own(pair: Pair) -> None:
     assert relayed[-1].response.usage == direct[-1].response.usage
 
 
-def test_stored_responses_are_the_nodes(pair: Pair) -> None:
-    gateway = pair.openai(pair.gateway)
-    first = gateway.responses.create(model=MODEL, **response_body())
-    # The node made and keeps it: the node continues it, and retrieves it; the gateway does not know it.
-    follow = gateway.responses.create(model=MODEL, **response_body(input="And to Bob?", previous_response_id=first.id))
+@pytest.mark.parametrize("stream", [False, True])
+def test_stored_responses_are_read_at_the_node_by_their_key_only(pair: Pair, stream: bool) -> None:
+    alice, bob, node = pair.openai(pair.gateway), pair.openai(pair.gateway, "bob"), pair.openai(pair.node)
+    if stream:
+        with alice.responses.stream(model=MODEL, **response_body()) as events:
+            first = list(events)[-1].response  # type: ignore[union-attr]  # completed or incomplete
+    else:
+        first = alice.responses.create(model=MODEL, **response_body())
+    # The node made and keeps it; through the gateway its key reads it as the node has it.
+    kept = node.responses.retrieve(first.id)
+    assert alice.responses.retrieve(first.id).model_dump() == kept.model_dump()
+    items, kept_items = alice.responses.input_items.list(first.id), node.responses.input_items.list(first.id)
+    assert [item.model_dump() for item in items.data] == [item.model_dump() for item in kept_items.data]
+    assert items.data and items.data[0].content[0].text == "Say hello to Ada."  # type: ignore[union-attr]
+    follow = alice.responses.create(model=MODEL, **response_body(input="And to Bob?", previous_response_id=first.id))
     assert follow.previous_response_id == first.id and follow.output_text
-    assert pair.openai(pair.node).responses.retrieve(first.id).output_text == first.output_text
+    # Another key knows none of it: not to read, list, continue or delete.
+    for attempt in (
+        lambda: bob.responses.retrieve(first.id),
+        lambda: bob.responses.input_items.list(first.id),
+        lambda: bob.responses.create(model=MODEL, **response_body(previous_response_id=first.id)),
+        lambda: bob.responses.delete(first.id),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            attempt()
+    # Deleted through the gateway: gone at the node too, and a second delete is a 404.
+    alice.responses.delete(first.id)
     with pytest.raises(openai.NotFoundError):
-        gateway.responses.retrieve(first.id)
-    # An id the node does not have is the client's mistake, as the node says: not a failed node.
+        node.responses.retrieve(first.id)
+    for attempt in (lambda: alice.responses.retrieve(first.id), lambda: alice.responses.delete(first.id)):
+        with pytest.raises(openai.NotFoundError):
+            attempt()
+    assert alice.responses.retrieve(follow.id).id == follow.id  # the continuation is kept on its own
+
+
+def test_unknown_previous_response_ids_are_a_404(pair: Pair) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
-        gateway.responses.create(model=MODEL, **response_body(previous_response_id="resp_nowhere"))
+        pair.openai(pair.gateway).responses.create(model=MODEL, **response_body(previous_response_id="resp_nowhere"))
     assert missing.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+def test_an_unstored_response_is_not_kept(pair: Pair) -> None:
+    alice = pair.openai(pair.gateway)
+    first = alice.responses.create(model=MODEL, **response_body(store=False))
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(first.id)
 
 
 ASK = [{"role": "user", "content": "Name three colours."}]

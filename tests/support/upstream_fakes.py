@@ -94,7 +94,7 @@ class Stream:
 class Seen:
     node: str
     method: str
-    path: str
+    path: str  # with the query string, if any
     headers: dict[str, str]
     body: bytes
 
@@ -137,7 +137,7 @@ class FakeNodes:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["node"]
         body = await request.read()
-        self.seen.append(Seen(name, request.method, request.path, dict(request.headers), body))
+        self.seen.append(Seen(name, request.method, request.path_qs, dict(request.headers), body))
         handler = self.handlers[name]
         assert callable(handler)
         return await handler(request)

@@ -112,7 +112,15 @@ class Raw:
     data: bytes
 
 
-Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Served | Raw
+@dataclass(slots=True)
+class NodeStored:
+    """A natively relayed answer that its node keeps under `id` (a Responses object made with `store`): the
+    gateway remembers whose it is and which node holds it, to forward later reads of it there."""
+
+    id: str
+
+
+Event = TextDelta | TextRun | ToolCallDelta | Finish | Usage | DeltaFields | Served | Raw | NodeStored
 
 # The events that arrived together (one node read, one engine event), in order; never empty. A batch passes the
 # layers between backend and client once and reaches the client in one write.

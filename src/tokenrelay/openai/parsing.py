@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import Receive
@@ -21,6 +23,12 @@ Wire = TypeVar("Wire", bound=WireModel)
 Strict = TypeVar("Strict", bound=BaseModel)
 
 MAX_BODY_BYTES = 32 << 20
+
+# Deeper than any real request goes (pydantic's JSON parser itself stops near 200 levels). Checked before any
+# parser sees the body: the standard library's raises RecursionError on deep input and some C parsers crash.
+MAX_DEPTH = 128
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_OPENERS, _CLOSERS = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
 
 
 async def parse_body(request: Request, model: type[Model], max_n: int) -> Model:
@@ -60,7 +68,9 @@ def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None
 
 def validate_strict(model: type[Strict], body: bytes, context: dict[str, Any] | None = None) -> Strict:
     """`model.model_validate_json` in strict mode, where a whole number written with a fraction (`2.0`) is still
-    an integer, as JSON Schema counts it; `ValidationError` for anything else."""
+    an integer, as JSON Schema counts it; `ValidationError` for anything else, and a 400 for a body nested
+    deeper than `MAX_DEPTH`."""
+    check_depth(body)
     try:
         return model.model_validate_json(body, strict=True, context=context)
     except ValidationError as exc:
@@ -68,6 +78,18 @@ def validate_strict(model: type[Strict], body: bytes, context: dict[str, Any] | 
             raise
     # Rare (a client that writes every number as a float), so the body is parsed once more only then.
     return model.model_validate_json(json.dumps(_as_integers(json.loads(body))), strict=True, context=context)
+
+
+def check_depth(body: bytes) -> None:
+    """A 400 when the body's arrays and objects nest deeper than `MAX_DEPTH` (brackets inside strings do not count)."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:  # the usual body: it cannot nest that deep
+        return
+    structure = np.frombuffer(_STRING.sub(b"", body), np.uint8)
+    steps = np.isin(structure, _OPENERS).astype(np.int32) - np.isin(structure, _CLOSERS)
+    if steps.size and int(np.cumsum(steps).max()) > MAX_DEPTH:
+        raise InvalidRequest(
+            f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels.", code="invalid_json"
+        )
 
 
 def _parsed(body: bytes) -> Any:

@@ -10,13 +10,13 @@ the relay read from the answer, so ledger rows, metrics and the request log are 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokenrelay.backends.base import Backend, Events, Raw
+from tokenrelay.backends.base import Backend, Events, NodeStored, Raw, Served
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
@@ -25,6 +25,9 @@ from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.render import Chunk
 from tokenrelay.openai.serving import ReportedResponse, streamed
 from tokenrelay.openai.sse import RawFraming
+
+# Remembers what a node keeps: (the object's id, the node's name).
+Keep = Callable[[str, str], Awaitable[None]]
 
 
 def relays(backend: Backend, api: NativeApi) -> bool:
@@ -39,24 +42,32 @@ async def relayed_response(
     backend: Backend,
     native: NativeRequest,
     error_body: Callable[[APIError], Chunk],
+    keep: Keep | None = None,
 ) -> Response:
     """The node's answer to the admitted `native` request; `error_body` writes a failure after the first byte
-    as the API's `error` event."""
+    as the API's `error` event; `keep` remembers what the node keeps, before the bytes that name it go out."""
     if not isinstance(backend, RoutedBackend):  # the model's nodes went while it was admitted
         raise Overloaded("No upstream node is available for this model right now; retry later.")
     events = observed(backend.relay(native, call.request_id), call)
     report = functools.partial(services.end_call, call)
     if native.stream:
-        return await streamed(raw_pieces(events), report, RawFraming(error_body))
+        return await streamed(raw_pieces(events, keep), report, RawFraming(error_body))
     with cancel_on_disconnect(request.receive):
-        content = b"".join([piece async for pieces in raw_pieces(events) for piece in pieces])
+        content = b"".join([piece async for pieces in raw_pieces(events, keep) for piece in pieces])
     return ReportedResponse(content, report=report)
 
 
-async def raw_pieces(batches: AsyncIterator[Events]) -> AsyncIterator[list[bytes]]:
-    """The node's bytes, a list per batch (one write each), without the batches that carry none."""
+async def raw_pieces(batches: AsyncIterator[Events], keep: Keep | None = None) -> AsyncIterator[list[bytes]]:
+    """The node's bytes, a list per batch (one write each), without the batches that carry none; what the
+    node keeps is remembered (`keep`) before its batch goes out."""
+    node = ""
     try:
         async for events in batches:
+            for event in events:
+                if isinstance(event, Served):
+                    node = event.node
+                elif isinstance(event, NodeStored) and keep is not None:
+                    await keep(event.id, node)
             pieces = [event.data for event in events if isinstance(event, Raw)]
             if pieces:
                 yield pieces

@@ -110,7 +110,9 @@ registered_nodes = Table(
 
 # Responses API objects kept for `previous_response_id` and `GET /v1/responses/{id}` (`store: true`), visible
 # only to the key that made them. `context` is the conversation before this response's own input, flattened,
-# so a continuation needs one row however long its chain is (and outlives a deleted ancestor).
+# so a continuation needs one row however long its chain is (and outlives a deleted ancestor). A response that a
+# node made and keeps (a native relay) has a row naming that `node`, with the gateway's `model` id: the gateway
+# knows whose it is and forwards reads of it to the node.
 responses = Table(
     "responses",
     metadata,
@@ -122,4 +124,5 @@ responses = Table(
     Column("response", JSON, nullable=False),
     Column("input_items", JSON, nullable=False),
     Column("context", JSON, nullable=False),
+    Column("node", String(256), nullable=True),
 )

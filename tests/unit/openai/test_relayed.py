@@ -18,6 +18,7 @@ from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.calls.record import Call
 from tokenrelay.config import Settings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
+from tokenrelay.openai.responses.store import StoredResponse
 from tokenrelay.server.app import create_app
 
 pytestmark = ON_ASYNCIO
@@ -49,14 +50,23 @@ class OneKey:
         return ANONYMOUS
 
 
-class NoStore:
-    """The gateway's response store, which a natively relayed response never reaches."""
+class KeptHere:
+    """The gateway's response store, in memory: what it knows of the responses nodes keep."""
 
-    async def get(self, *args: Any) -> None:
-        raise AssertionError("a native relay looked up a stored response")
+    def __init__(self) -> None:
+        self.relayed: dict[str, StoredResponse] = {}
 
-    async def put(self, *args: Any) -> None:
-        raise AssertionError("a native relay stored a response")
+    async def get(self, response_id: str, key_id: str | None) -> StoredResponse | None:
+        return self.relayed.get(response_id)
+
+    async def put(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a native relay stored a response's contents")
+
+    async def put_relayed(self, response_id: str, key_id: str | None, model: str, node: str) -> None:
+        self.relayed[response_id] = StoredResponse({"id": response_id}, [], [], model, node)
+
+    async def delete(self, response_id: str, key_id: str | None) -> bool:
+        return self.relayed.pop(response_id, None) is not None
 
 
 class FakeServices:
@@ -65,7 +75,7 @@ class FakeServices:
     def __init__(self, backend: RoutedBackend) -> None:
         self.verifier = OneKey()
         self.routed = backend
-        self.responses = NoStore()
+        self.responses = KeptHere()
         self.ended: list[Call] = []
 
     def begin_call(self, call: Call, request: object) -> None:
@@ -93,18 +103,76 @@ async def client(nodes: FakeNodes, tmp_path: Path) -> AsyncIterator[tuple[httpx.
         yield c, services
 
 
-async def test_a_response_is_the_nodes_and_not_stored_here(
+async def test_a_response_is_the_nodes_and_only_its_holder_is_remembered(
     nodes: FakeNodes, client: tuple[httpx.AsyncClient, FakeServices]
 ) -> None:
     http, services = client
     nodes.on("a", answer(lambda: web.json_response(RESPONSE)))
-    body = {"model": "m", "input": "Hello", "previous_response_id": "resp_earlier", "max_output_tokens": 8}
+    body = {"model": "m", "input": "Hello", "max_output_tokens": 8}
     response = await http.post("/v1/responses", json=body)
     assert response.status_code == 200 and response.json() == RESPONSE
-    assert nodes.bodies("a") == [body | {"model": "node-model"}]  # previous_response_id is the node's to resolve
+    assert nodes.bodies("a") == [body | {"model": "node-model"}]
     [call] = services.ended
     assert (call.endpoint, call.model, call.node) == ("responses", "m", "a")
     assert (call.usage.prompt_tokens, call.usage.completion_tokens, call.usage.estimated) == (7, 2, False)
+    assert services.responses.relayed["resp_node"] == StoredResponse({"id": "resp_node"}, [], [], "m", "a")
+
+
+async def test_a_continued_response_goes_to_the_node_that_keeps_it(
+    nodes: FakeNodes, client: tuple[httpx.AsyncClient, FakeServices]
+) -> None:
+    http, services = client
+    services.routed = nodes.backend("a", "b", model="node-model", native_apis=["responses"])
+    await services.responses.put_relayed("resp_earlier", None, "m", "b")
+    for name in ("a", "b"):
+        nodes.on(name, answer(lambda: web.json_response(RESPONSE | {"store": False})))
+    body = {"model": "m", "input": "Hello", "previous_response_id": "resp_earlier"}
+    for _ in range(3):
+        assert (await http.post("/v1/responses", json=body)).status_code == 200
+    assert nodes.bodies("a") == [] and nodes.bodies("b") == [body | {"model": "node-model"}] * 3
+    missing = await http.post("/v1/responses", json=body | {"previous_response_id": "resp_elsewhere"})
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "previous_response_id"
+
+
+async def test_reads_of_a_kept_response_are_forwarded_to_its_node(
+    nodes: FakeNodes, client: tuple[httpx.AsyncClient, FakeServices]
+) -> None:
+    http, services = client
+    services.routed = nodes.backend("a", "b", model="node-model", native_apis=["responses"])
+    await services.responses.put_relayed("resp_node", None, "m", "b")
+    items = {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
+    deleted = {"id": "resp_node", "object": "response", "deleted": True}
+
+    async def node_b(request: web.Request) -> web.Response:
+        if request.path.endswith("/input_items"):
+            return web.json_response(items)
+        return web.json_response(deleted if request.method == "DELETE" else RESPONSE)
+
+    nodes.on("b", node_b)
+    assert (await http.get("/v1/responses/resp_node")).json() == RESPONSE
+    listed = await http.get("/v1/responses/resp_node/input_items", params={"limit": 5, "order": "asc", "after": "x"})
+    assert listed.json() == items
+    assert (await http.delete("/v1/responses/resp_node")).json() == deleted
+    assert [(seen.node, seen.method, seen.path) for seen in nodes.seen] == [
+        ("b", "GET", "/b/v1/responses/resp_node"),
+        ("b", "GET", "/b/v1/responses/resp_node/input_items?limit=5&order=asc&after=x"),
+        ("b", "DELETE", "/b/v1/responses/resp_node"),
+    ]
+    assert "resp_node" not in services.responses.relayed
+    assert (await http.get("/v1/responses/resp_node")).status_code == 404
+
+
+@pytest.mark.parametrize(("node_status", "status"), [(404, 404), (500, 502)])
+async def test_a_kept_response_the_node_cannot_give_is_a_404_or_a_502(
+    nodes: FakeNodes, client: tuple[httpx.AsyncClient, FakeServices], node_status: int, status: int
+) -> None:
+    http, services = client
+    await services.responses.put_relayed("resp_node", None, "m", "a")
+    nodes.on("a", answer(lambda: error(node_status, "no")))
+    response = await http.get("/v1/responses/resp_node")
+    assert response.status_code == status and set(response.json()["error"]) == {"message", "type", "param", "code"}
+    await services.responses.put_relayed("resp_gone", None, "m", "no-such-node")
+    assert (await http.get("/v1/responses/resp_gone")).status_code == 502
 
 
 async def test_a_message_stream_is_the_nodes_bytes(

@@ -25,7 +25,7 @@ from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, p
 from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.backends.upstream.router import choose, prefix_key
 from tokenrelay.config import RoutingSettings, UpstreamSettings
-from tokenrelay.errors import APIError
+from tokenrelay.errors import APIError, UpstreamError
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
@@ -116,15 +116,27 @@ class RoutedBackend:
         """The answer of a node that serves `request.api` itself: `Raw` pieces, then the usage; routed, failed
         over and timed as chat is (`native.py`). Nodes registered since `relays` was asked and do not declare
         the API are passed over."""
-        return self._serve(
-            request.chat, lambda: self._natives(request.api), lambda node: node.relay(request, request_id)
-        )
+        return self._serve(request.chat, lambda: self._natives(request), lambda node: node.relay(request, request_id))
+
+    async def fetch(self, node_name: str, method: str, path: str, request_id: str) -> tuple[int, bytes]:
+        """The answer of the node `node_name` to a bodiless request (reads of what it keeps, such as a stored
+        response); 502 when the node is gone or cannot be reached, since no other node holds it."""
+        node = self.nodes.get(node_name)
+        if node is None or node.retired:
+            raise UpstreamError(f"The upstream node that keeps this object ({node_name}) is not serving this model.")
+        try:
+            return await node.fetch(method, path, request_id)
+        except NodeFailure as exc:
+            self._failed(node, exc)
+            raise UpstreamError(f"The upstream node that keeps this object failed ({exc.reason}).") from None
 
     def _members(self) -> list[Member]:
         return self.members
 
-    def _natives(self, api: NativeApi) -> list[Node]:
-        return [node for node in self.nodes.values() if node.serves_natively(api)]
+    def _natives(self, request: NativeRequest) -> list[Node]:
+        """The nodes that may answer: those that serve the API, or only the one a continued request must go to."""
+        nodes = [node for node in self.nodes.values() if node.serves_natively(request.api)]
+        return nodes if request.node is None else [node for node in nodes if node.name == request.node]
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
         """Exact with an embedded engine (the same model); otherwise the ledger's estimate for a node that

@@ -21,7 +21,7 @@ from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
 from tokenrelay.backends.upstream.metering import Meter, TokenCounter
 from tokenrelay.backends.upstream.native import NativeRequest, native_relay
 from tokenrelay.backends.upstream.native_usage import AnswerReader, NativeApi
-from tokenrelay.backends.upstream.relay import Exchange, exchange_json, relay
+from tokenrelay.backends.upstream.relay import Exchange, exchange_json, fetch, relay
 from tokenrelay.backends.upstream.router import Load
 from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
 from tokenrelay.config import RoutingSettings, UpstreamSettings
@@ -115,6 +115,10 @@ class Node:
             headers["x-api-key"] = self.settings.api_key.get_secret_value()  # Anthropic's key header
         reader = AnswerReader(request.api, Meter(request.chat, self.counter))
         return native_relay(self.client, request, self.node_model, headers, self.routing.timeouts, reader)
+
+    async def fetch(self, method: str, path: str, request_id: str) -> tuple[int, bytes]:
+        """The node's status and answer to a bodiless request under its URL (a stored response read or deleted)."""
+        return await fetch(self.client, method, path, trace_headers(request_id), self.routing.timeouts)
 
     async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
         body = embedding_body(request, self.node_model)

@@ -38,12 +38,14 @@ ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
 @dataclass(frozen=True, slots=True)
 class NativeRequest:
     """A request to relay as sent: its API, the client's JSON body, the client's headers the node should get,
-    and the same request as chat (what prefix affinity keys on, and what a usage estimate counts)."""
+    and the same request as chat (what prefix affinity keys on, and what a usage estimate counts); `node` names
+    the only node that may answer (the one that keeps the response a request continues)."""
 
     api: NativeApi
     body: dict[str, Any]
     chat: ChatCompletionRequest
     headers: dict[str, str] = field(default_factory=dict)
+    node: str | None = None
 
     @property
     def path(self) -> str:
@@ -78,12 +80,12 @@ async def native_relay(
         if request.stream:
             async for piece in _stream(response, clock, reader):
                 started = True
-                yield [Raw(piece)]
+                yield [*reader.stored(), Raw(piece)]
         else:
             content = await read_all(response, clock.bound(clock.overall, "reading the answer"))
             reader.body(content)
             started = True
-            yield [Raw(content)]
+            yield [*reader.stored(), Raw(content)]
     except NodeFailure:
         if started:
             yield [reader.usage()]

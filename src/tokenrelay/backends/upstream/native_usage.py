@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from tokenrelay.backends.base import TextDelta, Usage
+from tokenrelay.backends.base import NodeStored, TextDelta, Usage
 from tokenrelay.backends.upstream.metering import Meter
 from tokenrelay.backends.upstream.relay import json_object, reported_error
 from tokenrelay.backends.upstream.sse_parse import SSEMessage
@@ -32,6 +32,17 @@ class AnswerReader:
         self.meter = meter
         self.finished = False  # the stream's last event came (a whole body is complete by itself)
         self._usage: dict[str, int] = {}
+        self._stored: list[NodeStored] = []  # what the node keeps, not yet passed on
+
+    def stored(self) -> list[NodeStored]:
+        """The ids the node keeps that were read since the last call (a stored response's, once)."""
+        stored, self._stored = self._stored, []
+        return stored
+
+    def _keep(self, response: Any) -> None:
+        # A response object says whether the node stores it; one that does not say follows the API's default.
+        if isinstance(response, dict) and isinstance(response.get("id"), str) and response.get("store") is not False:
+            self._stored.append(NodeStored(response["id"]))
 
     # A whole body ---------------------------------------------------------------------------------
     def body(self, content: bytes) -> None:
@@ -40,6 +51,8 @@ class AnswerReader:
         if _is_error(self.api, body):
             raise reported_error(content)
         self._take_usage(body.get("usage"))
+        if self.api == "responses":
+            self._keep(body)
         for text in _body_texts(self.api, body):
             self.meter.saw(TextDelta(0, text))
         self.finished = True
@@ -61,6 +74,8 @@ class AnswerReader:
         if self.api == "responses":
             if kind == "response.output_text.delta" or kind == "response.function_call_arguments.delta":
                 self._text(event.get("delta"))
+            elif kind == "response.created":
+                self._keep(event.get("response"))
             elif kind in _LAST_EVENTS["responses"]:
                 response = event.get("response")
                 self._take_usage(response.get("usage") if isinstance(response, dict) else None)

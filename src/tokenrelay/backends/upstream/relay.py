@@ -126,6 +126,23 @@ async def send(client: NodeClient, path: str, payload: bytes, headers: dict[str,
         raise _transport_failure(exc, stage) from None
 
 
+async def fetch(
+    client: NodeClient, method: str, path: str, headers: dict[str, str], timeouts: UpstreamTimeouts
+) -> tuple[int, bytes]:
+    """One bodiless exchange (a stored object read or deleted): the node's status and whole answer, within
+    `overall`, whatever the status; a `NodeFailure` when the node cannot be reached."""
+    clock = Clock(timeouts)
+    stage = clock.bound(clock.overall, "waiting for the node")
+    try:
+        response = await client.request(method, path, headers, stage[0])
+    except TransportError as exc:
+        raise _transport_failure(exc, stage) from None
+    try:
+        return response.status, await read_all(response, stage)
+    finally:
+        response.release()
+
+
 def _transport_failure(exc: TransportError, stage: Stage) -> NodeFailure:
     if isinstance(exc, ReadTimeout):
         return NodeFailure(f"timeout {stage[1]}")

@@ -5,18 +5,24 @@ paths with as little in front of them as possible, while these four routes (one 
 more from FastAPI than they lose: path parameters, methods per path, the app's error handlers and key-auth
 middleware, and a place in /openapi.json (the request schema is the pydantic model's). The body is still
 read and validated by the endpoint itself, so bad input gets the API's 400s, not FastAPI's 422s.
+
+A response that a node made and keeps (a native relay) is read, listed and deleted at that node: the gateway
+checks that the caller's key made it, then forwards the call (the node sees only the gateway's own key).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import SSE, SSE_EVENT, json_body
-from tokenrelay.errors import NotFound
+from tokenrelay.backends.upstream.backend import RoutedBackend
+from tokenrelay.calls.request_ids import request_id_of
+from tokenrelay.errors import NotFound, UpstreamError
 from tokenrelay.openai.models import caller
 from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import item_list
@@ -41,16 +47,29 @@ async def create(request: Request) -> Response:
 
 
 @router.get("/v1/responses/{response_id}", responses=_FOUND)
-async def retrieve(response_id: str, request: Request) -> JSONResponse:
+async def retrieve(response_id: str, request: Request) -> Response:
     stored = await _stored(request, response_id)
+    if stored.node is not None:
+        return await _forwarded(request, stored, "GET", _path(response_id))
     return JSONResponse(stored.response)
 
 
 @router.delete("/v1/responses/{response_id}", responses=_FOUND)
-async def delete(response_id: str, request: Request) -> JSONResponse:
-    if not await _store(request).delete(response_id, caller(request).key_id):
+async def delete(response_id: str, request: Request) -> Response:
+    key_id = caller(request).key_id
+    stored = await _stored(request, response_id)
+    answer = None
+    if stored.node is not None:
+        try:
+            answer = await _forwarded(request, stored, "DELETE", _path(response_id))
+        except NotFound:  # gone at the node already (expired there): forget it here too
+            await _store(request).delete(response_id, key_id)
+            raise
+        if answer.status_code >= 300:  # the node kept it: so does the gateway
+            return answer
+    if not await _store(request).delete(response_id, key_id):
         raise _not_found(response_id)
-    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+    return answer if answer is not None else JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
 @router.get("/v1/responses/{response_id}/input_items", responses=error_responses(400, 404))
@@ -62,6 +81,9 @@ async def input_items(
     after: str | None = None,
 ) -> JSONResponse:
     stored = await _stored(request, response_id)
+    if stored.node is not None:
+        query = urlencode({"limit": limit, "order": order} | ({"after": after} if after is not None else {}))
+        return await _forwarded(request, stored, "GET", f"{_path(response_id)}/input_items?{query}")
     return JSONResponse(item_list(stored.input_items, limit=limit, order=order, after=after))
 
 
@@ -75,6 +97,24 @@ async def _stored(request: Request, response_id: str) -> StoredResponse:
     if stored is None:
         raise _not_found(response_id)
     return stored
+
+
+async def _forwarded(request: Request, stored: StoredResponse, method: str, path: str) -> Response:
+    """The answer of the node that keeps `stored`: as the node wrote it, but a 404 in the gateway's words and
+    a node's server error as the gateway's 502."""
+    backend = await request.app.state.services.backend(stored.model)
+    if not isinstance(backend, RoutedBackend):
+        raise UpstreamError(f"The model `{stored.model}` that made this response is no longer served by nodes.")
+    status, content = await backend.fetch(stored.node or "", method, path, request_id_of(request.scope))
+    if status == 404:
+        raise _not_found(stored.response["id"])
+    if status >= 500:
+        raise UpstreamError(f"The upstream node that keeps this response answered {status}.")
+    return Response(content, status_code=status, media_type="application/json")
+
+
+def _path(response_id: str) -> str:
+    return f"/responses/{quote(response_id, safe='')}"
 
 
 def _not_found(response_id: str) -> NotFound:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -78,13 +79,34 @@ async def _respond(request: Request, call: Call, services: Any) -> Response:
 
 
 async def _relay(request: Request, call: Call, services: Any, body: ResponsesRequest, raw: bytes) -> Response:
-    """The body as sent to a node that serves Responses itself. The node keeps its responses: a
-    `previous_response_id` goes to it as sent, and nothing is stored here (so the gateway's own
-    `GET`/`DELETE /v1/responses/{id}` do not know a relayed response's id)."""
+    """The body as sent to a node that serves Responses itself. The node keeps its responses; the gateway
+    keeps whose each is and which node holds it, so that reads of it (`router.py`) and a `previous_response_id`
+    reach that node, for the key that made it only (the node sees the gateway's key alone)."""
+    store: ResponseStore = services.responses
+    node = await _holder(store, body, call.key_id)
     chat = translate.chat_request(body, translate.Conversation([], translate.input_items(body)))
     backend = await services.admit(call, chat)
-    native = NativeRequest(ENDPOINT, loads(raw), chat)
-    return await relayed_response(request, call, services, backend, native, error_event)
+    native = NativeRequest(ENDPOINT, loads(raw), chat, node=node)
+    keep = functools.partial(_keep, store, call.key_id, body.model)
+    return await relayed_response(request, call, services, backend, native, error_event, keep)
+
+
+async def _holder(store: ResponseStore, body: ResponsesRequest, key_id: str | None) -> str | None:
+    """The node that keeps the response a relayed request continues (None without one); a 404 when this key
+    made no such response through a node."""
+    if body.previous_response_id is None:
+        return None
+    previous = await store.get(body.previous_response_id, key_id)
+    if previous is None or previous.node is None:
+        raise NotFound(f"No response with id '{body.previous_response_id}' was found.", param="previous_response_id")
+    return previous.node
+
+
+async def _keep(store: ResponseStore, key_id: str | None, model: str, response_id: str, node: str) -> None:
+    try:
+        await store.put_relayed(response_id, key_id, model, node)
+    except SQLAlchemyError:  # the answer still goes out; only later reads of it through the gateway fail
+        log.exception("could not remember the node's stored response %s", response_id)
 
 
 async def _context(store: ResponseStore, body: ResponsesRequest, key_id: str | None) -> list[dict[str, Any]]:
@@ -93,7 +115,7 @@ async def _context(store: ResponseStore, body: ResponsesRequest, key_id: str | N
     if body.previous_response_id is None:
         return []
     previous = await store.get(body.previous_response_id, key_id)
-    if previous is None:
+    if previous is None or previous.node is not None:  # a node's response: its conversation is not here
         raise NotFound(f"No response with id '{body.previous_response_id}' was found.", param="previous_response_id")
     return previous.conversation
 

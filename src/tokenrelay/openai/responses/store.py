@@ -4,6 +4,9 @@ A row holds the response object as `GET /v1/responses/{id}` returns it, the requ
 `/input_items`) and the conversation before them (`context`), so that `previous_response_id` continues from one
 row: its context, its input and its output are the next request's prefix.
 
+A response that a node made and keeps (a native relay, `openai/relayed.py`) has a row of its own naming the node
+and the gateway's model id, and nothing of the response itself: reads of it are forwarded to that node.
+
 Rows expire after `responses.retention_days`: an expired row is invisible at once (every read asks for an
 unexpired one), and a sweeper removes expired rows every `responses.sweep_seconds`.
 """
@@ -31,11 +34,13 @@ Item = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    """A stored response as read back."""
+    """A stored response as read back; `node` names the node that holds a relayed one (then the rest is empty)."""
 
     response: dict[str, Any]
     input_items: list[Item]
     context: list[Item]
+    model: str = ""
+    node: str | None = None
 
     @property
     def conversation(self) -> list[Item]:
@@ -52,7 +57,13 @@ class ResponseStore:
         self._sweeper: asyncio.Task[None] | None = None
 
     async def put(
-        self, response: dict[str, Any], key_id: str | None, input_items: list[Item], context: list[Item]
+        self,
+        response: dict[str, Any],
+        key_id: str | None,
+        input_items: list[Item],
+        context: list[Item],
+        *,
+        node: str | None = None,
     ) -> None:
         now = utcnow()
         days = self.settings.retention_days
@@ -65,20 +76,24 @@ class ResponseStore:
             "response": response,
             "input_items": input_items,
             "context": context,
+            "node": node,
         }
         async with self.engine.begin() as conn:
             await conn.execute(insert(responses).values(values))
 
+    async def put_relayed(self, response_id: str, key_id: str | None, model: str, node: str) -> None:
+        """Remember that `node` keeps the response `response_id` of `key_id`, made through the gateway's `model`."""
+        await self.put({"id": response_id, "model": model}, key_id, [], [], node=node)
+
     async def get(self, response_id: str, key_id: str | None) -> StoredResponse | None:
         """The response if it exists, has not expired and was made by `key_id`; else None."""
-        statement = select(responses.c.response, responses.c.input_items, responses.c.context).where(
-            *_visible(response_id, key_id)
-        )
+        c = responses.c
+        statement = select(c.response, c.input_items, c.context, c.model, c.node).where(*_visible(response_id, key_id))
         async with self.engine.connect() as conn:
             row = (await conn.execute(statement)).first()
         if row is None:
             return None
-        return StoredResponse(row.response, row.input_items, row.context)
+        return StoredResponse(row.response, row.input_items, row.context, row.model, row.node)
 
     async def delete(self, response_id: str, key_id: str | None) -> bool:
         async with self.engine.begin() as conn:

@@ -96,3 +96,18 @@ def test_without_a_retention_period_rows_do_not_expire(tmp_path: Path) -> None:
 
     stored, purged = asyncio.run(kept())
     assert stored is not None and stored.response["id"] == "resp_k" and purged == 0
+
+
+def test_a_response_a_node_keeps_is_remembered_with_its_node_and_key(url: str) -> None:
+    async def kept() -> tuple[Any, Any]:
+        engine = create_engine(database_url(Settings(database_url=url)))
+        await upgrade(engine)
+        store = ResponseStore(engine, ResponsesSettings())
+        try:
+            await store.put_relayed("resp_n", "key1", "gateway-model", "node-a")
+            return await store.get("resp_n", "key1"), await store.get("resp_n", "key2")
+        finally:
+            await engine.dispose()
+
+    mine, theirs = asyncio.run(kept())
+    assert (mine.model, mine.node, mine.input_items, theirs) == ("gateway-model", "node-a", [], None)

@@ -104,3 +104,15 @@ def test_a_tokenrelay_node_says_which_stop_sequence_matched(relays: Relays) -> N
 def test_count_tokens_of_a_node_only_model_is_an_estimate(relays: Relays) -> None:
     counted = relays.client().messages.count_tokens(model="via-llama", messages=ASK)
     assert counted.input_tokens > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_max_tokens_holds_on_a_node_that_reads_only_max_tokens(relays: Relays, stream: bool) -> None:
+    ask = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
+    body: dict[str, Any] = {"model": "via-llama", "max_tokens": 8, "messages": ask, "extra_body": GREEDY}
+    if stream:
+        with relays.client().messages.stream(**body) as events:
+            reply = events.get_final_message()
+    else:
+        reply = relays.client().messages.create(**body)
+    assert reply.stop_reason == "max_tokens" and 0 < reply.usage.output_tokens <= 8

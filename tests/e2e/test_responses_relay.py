@@ -86,3 +86,41 @@ def test_a_node_that_speaks_chat_streams_a_response(relay: Relay, model: str) ->
     deltas = "".join(event.delta for event in events if event.type == "response.output_text.delta")
     assert deltas == events[-1].response.output_text == plain.output_text
     assert [event.sequence_number for event in events] == list(range(len(events)))
+
+
+LONG = "Write a long story about a dragon who learns to bake bread."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_max_output_tokens_holds_on_a_node_that_reads_only_max_tokens(relay: Relay, stream: bool) -> None:
+    # llama-cpp-python's server reads `max_tokens` alone; the gateway sends that and enforces the limit itself.
+    request = body("via-llama", input=LONG, max_output_tokens=16)
+    if stream:
+        with relay.client().responses.stream(**request) as events:
+            response = list(events)[-1].response  # type: ignore[union-attr]
+    else:
+        response = relay.client().responses.create(**request)
+    assert response.usage is not None and 0 < response.usage.output_tokens <= 16
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_max_completion_tokens_holds_on_that_node(relay: Relay, stream: bool) -> None:
+    request: dict[str, Any] = {
+        "model": "via-llama",
+        "messages": [{"role": "user", "content": LONG}],
+        "max_completion_tokens": 8,
+        "temperature": 0,
+    }
+    client = relay.client()
+    if not stream:
+        reply = client.chat.completions.create(**request)
+        assert reply.choices[0].finish_reason == "length"
+        assert reply.usage is not None and 0 < reply.usage.completion_tokens <= 8
+        return
+    chunks = list(client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}))
+    texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert 0 < len(texts) <= 8
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    assert chunks[-1].usage is not None and 0 < chunks[-1].usage.completion_tokens <= 8

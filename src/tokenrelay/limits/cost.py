@@ -19,7 +19,6 @@ Admitted = GenerationRequest | EmbeddingRequest  # what admission can bound
 TEMPLATE_TOKENS = 64  # BOS, generation prompt and any fixed preamble of a chat template
 MESSAGE_TOKENS = 16  # turn markers and separators around one message
 PROMPT_SPECIALS = 2  # BOS/EOS a tokenizer may add to a text prompt
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the completions API's documented default
 
 
 def prompt_bound(body: Admitted) -> int:
@@ -47,8 +46,7 @@ def completion_bound(body: Admitted, context_length: int) -> int:
         limit = body.token_limit
         return body.choices * (limit if limit is not None else context_length)
     if isinstance(body, CompletionRequest):
-        limit = body.max_tokens if body.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
-        return len(body.prompts) * body.candidates * limit
+        return len(body.prompts) * body.candidates * body.token_limit
     raise TypeError(f"no token bound for {type(body).__name__}")
 
 

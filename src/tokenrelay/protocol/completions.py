@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.common import GenerationRequest
 
+DEFAULT_MAX_TOKENS = 16
 TokenIds = Annotated[list[int], Field(min_length=1)]
 Prompt = str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
 
@@ -51,6 +52,11 @@ class CompletionRequest(GenerationRequest):
         if all(isinstance(p, int) for p in value):
             return [list(value)]  # type: ignore[list-item]
         return list(value)  # type: ignore[return-value]
+
+    @property
+    def token_limit(self) -> int:
+        """`max_tokens`, or the completions API's documented default of 16."""
+        return self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS
 
     @property
     def candidates(self) -> int:

@@ -41,8 +41,6 @@ from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 log = logging.getLogger(__name__)
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI completions API's default
-
 
 class LlamaCppBackend:
     """A GGUF model served in-process with continuous batching."""
@@ -231,7 +229,7 @@ class LlamaCppBackend:
     def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
         self._check_generates()
         runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
-        max_tokens = request.max_tokens if request.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
+        max_tokens = request.token_limit
         for run in runs:
             self._check(request, len(run.tokens), max_tokens, "prompt")
         if request.candidates > self.engine_settings.slots:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from tokenrelay.backends.base import Event, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.upstream.cutoff import Cutoff
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -67,11 +68,13 @@ def prompt_tokens(request: GenerationRequest, counter: TokenCounter) -> int:
 
 
 class Meter:
-    """Watches what a node sent, to estimate usage if the node reports none."""
+    """Watches what a node sent, to estimate usage if the node reports none, and holds the answer to the
+    client's token limit (`cutoff.py`)."""
 
     def __init__(self, request: GenerationRequest, counter: TokenCounter) -> None:
         self.request = request
         self.counter = counter
+        self.cutoff = Cutoff(request, counter)
         self.pieces: list[str] = []
         self.reported: Usage | None = None
 
@@ -83,10 +86,16 @@ class Meter:
         elif isinstance(event, ToolCallDelta):
             self.pieces.append((event.name or "") + event.arguments)
 
-    def passed(self, events: list[Event]) -> list[Event]:
-        """The events to pass on: a node's usage is kept for the end (`usage`), every other event watched."""
+    @property
+    def done(self) -> bool:
+        """Every choice has ended: the rest of the node's answer is not needed."""
+        return self.cutoff.done
+
+    def passed(self, events: list[Event], whole: bool = False) -> list[Event]:
+        """The events to pass on, within the limit (`whole`: the node's whole answer): a node's usage is kept
+        for the end (`usage`), every other event watched."""
         kept = []
-        for event in events:
+        for event in self.cutoff.passed(events, whole):
             if isinstance(event, Usage):
                 self.reported = event
             else:
@@ -95,11 +104,12 @@ class Meter:
         return kept
 
     def usage(self) -> Usage:
-        """The node's usage, or an estimate from what it sent when it reported none."""
+        """The node's usage, or an estimate from what it sent when it reported none; never beyond the limit."""
         if self.reported is not None:
-            return self.reported
-        return Usage(
+            return self.cutoff.billed(self.reported)
+        estimate = Usage(
             prompt_tokens=prompt_tokens(self.request, self.counter),
             completion_tokens=self.counter.count("".join(self.pieces)),
             estimated=True,
         )
+        return self.cutoff.billed(estimate)

@@ -77,7 +77,7 @@ async def relay(
         await check_status(response, clock)
         if exchange.stream and is_event_stream(response):
             reads = StreamReads(exchange.parse, clock)
-            while not reads.over:
+            while not reads.over and not meter.done:
                 events, failure = reads.feed(await next_chunk(response, reads.stage))
                 passed = meter.passed(events)
                 if passed:
@@ -87,7 +87,7 @@ async def relay(
                     raise failure
         else:  # a whole body, also when a node ignored `stream`
             body = await _read_json(response, clock.bound(clock.overall, "reading the answer"))
-            passed = meter.passed(_body_events(body, exchange.parse, "message"))
+            passed = meter.passed(_body_events(body, exchange.parse, "message"), whole=True)
             if passed:
                 started = True
                 yield passed

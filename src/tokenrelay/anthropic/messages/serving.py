@@ -22,6 +22,7 @@ from tokenrelay.anthropic.messages.render import MessageMeta, MessageStreamer, m
 from tokenrelay.anthropic.messages.translate import to_chat
 from tokenrelay.backends.upstream.native import ANTHROPIC_HEADERS, NativeRequest
 from tokenrelay.calls.record import Call, observed
+from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.disconnect import cancel_on_disconnect
@@ -62,16 +63,21 @@ async def _create(request: Request, call: Call, services: Any) -> Response:
 
 
 async def count_tokens(request: Request) -> Response:
-    """The prompt the same `messages` would evaluate; exact on the embedded engine, estimated for a model
-    served by nodes alone. Nothing is generated, so nothing is admitted against limits or recorded."""
+    """The prompt the same `messages` would evaluate: exact on the embedded engine; for nodes, the count of a node
+    that serves Messages itself, or of a node's tokenizer endpoint, or else an estimate. Nothing is generated,
+    so nothing is admitted against limits or recorded."""
     principal = request.scope.get("state", {}).get("principal")
     if principal is None:  # the lane authenticates first; never answer a request it did not see
         raise AuthenticationError("This request was not authenticated.")
-    body = validated(await read_body(request.receive), CountTokensRequest)
+    raw = await read_body(request.receive)
+    body = validated(raw, CountTokensRequest)
     chat = to_chat(body)
     if not principal.may_use(body.model):
         raise ModelNotFound(body.model)
     backend = await request.app.state.services.backend(body.model)
+    if relays(backend, ENDPOINT):
+        native = NativeRequest(ENDPOINT, loads(raw), chat, forwarded_headers(request, ANTHROPIC_HEADERS))
+        return JSONResponse({"input_tokens": await backend.count_natively(native, request_id_of(request.scope))})
     count = await backend.count_chat_prompt(chat)
     return JSONResponse({"input_tokens": count.tokens})
 

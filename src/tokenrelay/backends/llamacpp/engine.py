@@ -200,16 +200,21 @@ class LlamaCppBackend:
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
         """The tokens `chat(request)` would evaluate as its prompt: the same template, tools and tokenizer."""
-        prompts.reject_media(request)
-        tokens, _ = await self._chat_prompt(request)
-        return PromptCount(len(tokens))
+        return PromptCount(len(await self.chat_tokens(request)))
 
-    async def _chat_prompt(self, request: ChatCompletionRequest) -> tuple[list[int], OutputPlan]:
+    async def chat_tokens(self, request: ChatCompletionRequest, *, opened: bool = True) -> list[int]:
+        """The prompt `chat(request)` would evaluate (without `opened`: the conversation with no answer begun)."""
+        prompts.reject_media(request)
+        tokens, _ = await self._chat_prompt(request, opened)
+        return tokens
+
+    async def _chat_prompt(self, request: ChatCompletionRequest, opened: bool = True) -> tuple[list[int], OutputPlan]:
         # Checking schemas and tools compiles grammars: milliseconds usually, up to a second for a huge schema,
         # so it runs off the event loop. Errors still come before the first event, so they stay plain 400s.
         output = await asyncio.to_thread(output_plan, request)
         messages, tools = tool_prompt(prompts.template_messages(request), output.tools, self.template.takes_tools)
-        prompt = prompts.chat_prompt(self.model, self.template, messages, tools, request.continue_final_message)
+        continued = request.continue_final_message
+        prompt = prompts.chat_prompt(self.model, self.template, messages, tools, continued, opened)
         return prompt, output
 
     async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:

@@ -49,8 +49,9 @@ def chat_prompt(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     continued: bool = False,
+    opened: bool = True,
 ) -> list[int]:
-    text = template.render(messages, tools, continued=continued)
+    text = template.render(messages, tools, continued=continued, opened=opened)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     bos = model.special("bos")
     if model.add_bos and bos is not None and (not tokens or tokens[0] != bos):

@@ -69,14 +69,20 @@ class ChatTemplate:
         self.takes_tools = "tools" in meta.find_undeclared_variables(env.parse(self.source))
 
     def render(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, continued: bool = False
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        continued: bool = False,
+        opened: bool = True,
     ) -> str:
-        """The prompt: the messages and a new assistant turn opened, or with `continued` the last message (an
-        assistant's) left open, so that the model writes on from its text (vLLM's `continue_final_message`)."""
+        """The prompt: the messages and a new assistant turn opened (unless not `opened`: the conversation alone),
+        or with `continued` the last message (an assistant's) left open, so that the model writes on from its text
+        (vLLM's `continue_final_message`)."""
         if continued and not messages[-1].get("content"):
             messages, continued = messages[:-1], False  # nothing written yet: the answer starts afresh
         if not continued:
-            return self._render(messages, tools, add_generation_prompt=True)
+            return self._render(messages, tools, add_generation_prompt=opened)
         # The last message is rendered as a marker, so that its place is found whatever the template does
         # around it (searching for the text itself could find it inside the turn's closing tokens).
         last = messages[-1]["content"]

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -25,7 +25,7 @@ from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, p
 from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.backends.upstream.router import choose, prefix_key
 from tokenrelay.config import RoutingSettings, UpstreamSettings
-from tokenrelay.errors import APIError, UpstreamError
+from tokenrelay.errors import APIError, Overloaded, UpstreamError
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
@@ -33,6 +33,7 @@ from tokenrelay.protocol.embeddings import EmbeddingRequest
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Member)
+T = TypeVar("T")
 
 
 class RoutedBackend:
@@ -139,20 +140,45 @@ class RoutedBackend:
         return nodes if request.node is None else [node for node in nodes if node.name == request.node]
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
-        """Exact with an embedded engine (the same model); otherwise the ledger's estimate for a node that
-        reports no usage, since a node's template and tokenizer are not known here."""
+        """Exact with an embedded engine (the same model), or as a node's tokenizer endpoint counts it; otherwise
+        an estimate (the ledger's, template tokens included), as when no node can be asked."""
         if self.embedded is not None:
             return await self.embedded.backend.count_chat_prompt(request)
-        return PromptCount(prompt_tokens(request, self.counter), estimated=True)
+        try:
+            _, count = await self._first_answer(
+                lambda: list(self.nodes.values()), lambda node: node.count_prompt(request)
+            )
+        except (UpstreamError, Overloaded):  # no node could answer: counting needs none
+            return PromptCount(prompt_tokens(request, self.counter), estimated=True)
+        return count
+
+    async def count_natively(self, request: NativeRequest, request_id: str) -> int:
+        """A node's own count of a request in an API it serves itself (Messages' `count_tokens`)."""
+        _, count = await self._first_answer(
+            lambda: self._natives(request), lambda node: node.count_native(request, request_id)
+        )
+        return count
 
     async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
         """The first member's answer that comes; a member that fails is passed over for the next, as for chat."""
+        member, result = await self._first_answer(
+            lambda: self.members, lambda member: member.embed(request, request_id), timed=True
+        )
+        result.served_by = Served(member.name, member.kind)
+        return result
+
+    async def _first_answer(
+        self, candidates: Callable[[], Sequence[M]], ask: Callable[[M], Awaitable[T]], timed: bool = False
+    ) -> tuple[M, T]:
+        """The first of `candidates` to answer `ask`, and its answer; one that fails is passed over for the next,
+        as for chat. `timed`: the answer's time feeds the member's latency (a generation's does; a count's
+        would only skew it)."""
         failures: list[NodeFailure] = []
-        for member in self._attempts(lambda: self.members, None):
+        for member in self._attempts(candidates, None):
             self._begin(member)
             started = time.monotonic()
             try:
-                result = await member.embed(request, request_id)
+                result = await ask(member)
                 member.breaker.success()
             except NodeFailure as exc:
                 self._failed(member, exc)
@@ -163,9 +189,9 @@ class RoutedBackend:
                 raise
             finally:
                 await self._end(member)
-            member.load.observe_latency(time.monotonic() - started)
-            result.served_by = Served(member.name, member.kind)
-            return result
+            if timed:
+                member.load.observe_latency(time.monotonic() - started)
+            return member, result
         raise exhausted(failures)
 
     async def start(self) -> None:

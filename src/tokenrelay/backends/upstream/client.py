@@ -34,9 +34,11 @@ class NodeClient:
         """Send a request; returns once the node's status line and headers are in (by `deadline`, loop time)."""
         return await self.transport.request("POST", path, payload, headers, deadline)
 
-    async def request(self, method: str, path: str, headers: dict[str, str], deadline: float) -> NodeReply:
-        """A request without a body (`GET`, `DELETE`), returned as `post` returns."""
-        return await self.transport.request(method, path, b"", headers, deadline)
+    async def request(
+        self, method: str, path: str, headers: dict[str, str], deadline: float, payload: bytes = b""
+    ) -> NodeReply:
+        """Any request, returned as `post` returns."""
+        return await self.transport.request(method, path, payload, headers, deadline)
 
     async def probe(self, path: str, timeout: float) -> bool:
         try:

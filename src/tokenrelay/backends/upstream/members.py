@@ -12,17 +12,18 @@ from contextlib import aclosing
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from tokenrelay.backends.base import Backend, Embeddings, Events
+from tokenrelay.backends.base import Backend, Embeddings, Events, PromptCount
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
 from tokenrelay.backends.upstream.client import TRANSPORTS, NodeClient
 from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
-from tokenrelay.backends.upstream.metering import Meter, TokenCounter
+from tokenrelay.backends.upstream.metering import Meter, TemplateAllowance, TokenCounter
 from tokenrelay.backends.upstream.native import NativeRequest, native_relay
 from tokenrelay.backends.upstream.native_usage import AnswerReader, NativeApi
 from tokenrelay.backends.upstream.relay import Exchange, exchange_json, fetch, relay
 from tokenrelay.backends.upstream.router import Load
+from tokenrelay.backends.upstream.tokenizer import NodeTokenizer
 from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import Overloaded
@@ -94,6 +95,8 @@ class Node:
         self.routing = routing
         self.counter = counter
         self.client = NodeClient(settings, routing.timeouts, TRANSPORTS[routing.node_client])
+        self.tokenizer = NodeTokenizer(settings, routing.timeouts, TRANSPORTS[routing.node_client])
+        self.template = TemplateAllowance(counter)
         self.load = Load()
         self.breaker = _breaker(routing)
         self.health = ProbeHealth(routing.health.unhealthy_after)
@@ -103,18 +106,39 @@ class Node:
     def events(self, request: Request, request_id: str) -> AsyncIterator[Events]:
         exchange = self._exchange(request)
         headers = trace_headers(request_id)
-        return relay(self.client, exchange, headers, self.routing.timeouts, Meter(request, self.counter))
+        meter = Meter(request, self.counter, self.template)
+        return relay(self.client, exchange, headers, self.routing.timeouts, meter)
 
     def serves_natively(self, api: NativeApi) -> bool:
         return api in self.settings.native_apis
 
     def relay(self, request: NativeRequest, request_id: str) -> AsyncIterator[Events]:
         """The node's own answer to a Responses or Messages request sent as the client wrote it (`native.py`)."""
+        reader = AnswerReader(request.api, Meter(request.chat, self.counter))
+        headers = self._native_headers(request, request_id)
+        return native_relay(self.client, request, self.node_model, headers, self.routing.timeouts, reader)
+
+    async def count_native(self, request: NativeRequest, request_id: str) -> int:
+        """The node's own `count_tokens` of a Messages request sent as the client wrote it."""
+        body = {**request.body, "model": self.node_model}
+        headers = self._native_headers(request, request_id)
+        answer = await exchange_json(self.client, f"{request.path}/count_tokens", body, headers, self.routing.timeouts)
+        tokens = answer.get("input_tokens")
+        if not isinstance(tokens, int) or isinstance(tokens, bool):
+            raise NodeFailure("the node's count has no input_tokens")
+        return tokens
+
+    async def count_prompt(self, request: ChatCompletionRequest) -> PromptCount:
+        """The prompt tokens the node would evaluate for `request`: by its tokenizer endpoint, or else estimated
+        with what its template was seen to add."""
+        count = await self.tokenizer.count(node_body(request, self.node_model), {})
+        return PromptCount(count) if count is not None else PromptCount(self.template.estimate(request), True)
+
+    def _native_headers(self, request: NativeRequest, request_id: str) -> dict[str, str]:
         headers = trace_headers(request_id) | request.headers
         if request.api == "messages" and self.settings.api_key is not None:
             headers["x-api-key"] = self.settings.api_key.get_secret_value()  # Anthropic's key header
-        reader = AnswerReader(request.api, Meter(request.chat, self.counter))
-        return native_relay(self.client, request, self.node_model, headers, self.routing.timeouts, reader)
+        return headers
 
     async def fetch(self, method: str, path: str, request_id: str) -> tuple[int, bytes]:
         """The node's status and answer to a bodiless request under its URL (a stored response read or deleted)."""
@@ -141,6 +165,7 @@ class Node:
 
     async def close(self) -> None:
         await self.client.close()
+        await self.tokenizer.close()
 
     def status(self) -> dict[str, Any]:
         return _routing_state(self) | {

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tokenrelay.backends.base import Event, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.backends.upstream.cutoff import Cutoff
+from tokenrelay.jsonbytes import dumps
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -61,19 +62,53 @@ def prompt_text(request: GenerationRequest) -> str:
 
 def prompt_tokens(request: GenerationRequest, counter: TokenCounter) -> int:
     if isinstance(request, ChatCompletionRequest):
-        return sum(counter.count(m.text()) + _TOKENS_PER_TURN for m in request.messages)
+        tools = (
+            counter.count(dumps([tool.model_dump(mode="json") for tool in request.tools]).decode())
+            if request.tools
+            else 0
+        )
+        return tools + sum(counter.count(m.text()) + _TOKENS_PER_TURN for m in request.messages)
     if isinstance(request, CompletionRequest):
         return sum(len(p) if isinstance(p, list) else counter.count(p) for p in request.prompts)
     return 0
+
+
+# Before a node has answered: the assistant turn's opening, which every chat template writes.
+_GENERATION_PROMPT_TOKENS = 3
+
+
+class TemplateAllowance:
+    """What a node's chat template adds to a prompt besides the messages' text: turn markers, and the default
+    system prompt some templates write when a request has none. Learned from the node's own usage (the last
+    difference between its prompt count and the text's estimate), apart for requests with and without a system
+    message; before the node has answered, only the generation prompt's typical cost."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.fixed: dict[bool, int] = {}
+
+    def estimate(self, request: ChatCompletionRequest) -> int:
+        return prompt_tokens(request, self.counter) + self.fixed.get(_has_system(request), _GENERATION_PROMPT_TOKENS)
+
+    def learn(self, request: GenerationRequest, usage: Usage) -> None:
+        if isinstance(request, ChatCompletionRequest) and not usage.estimated and usage.prompt_tokens:
+            self.fixed[_has_system(request)] = max(0, usage.prompt_tokens - prompt_tokens(request, self.counter))
+
+
+def _has_system(request: ChatCompletionRequest) -> bool:
+    return any(message.role in ("system", "developer") for message in request.messages)
 
 
 class Meter:
     """Watches what a node sent, to estimate usage if the node reports none, and holds the answer to the
     client's token limit (`cutoff.py`)."""
 
-    def __init__(self, request: GenerationRequest, counter: TokenCounter) -> None:
+    def __init__(
+        self, request: GenerationRequest, counter: TokenCounter, template: TemplateAllowance | None = None
+    ) -> None:
         self.request = request
         self.counter = counter
+        self.template = template  # learns from the node's usage, when given
         self.cutoff = Cutoff(request, counter)
         self.pieces: list[str] = []
         self.reported: Usage | None = None
@@ -98,6 +133,8 @@ class Meter:
         for event in self.cutoff.passed(events, whole):
             if isinstance(event, Usage):
                 self.reported = event
+                if self.template is not None:
+                    self.template.learn(self.request, event)
             else:
                 self.saw(event)
                 kept.append(event)

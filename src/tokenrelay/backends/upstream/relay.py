@@ -127,14 +127,20 @@ async def send(client: NodeClient, path: str, payload: bytes, headers: dict[str,
 
 
 async def fetch(
-    client: NodeClient, method: str, path: str, headers: dict[str, str], timeouts: UpstreamTimeouts
+    client: NodeClient,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    timeouts: UpstreamTimeouts,
+    body: dict[str, Any] | None = None,
 ) -> tuple[int, bytes]:
-    """One bodiless exchange (a stored object read or deleted): the node's status and whole answer, within
-    `overall`, whatever the status; a `NodeFailure` when the node cannot be reached."""
+    """One plain exchange (a stored object read or deleted, a tokenizer asked): the node's status and whole
+    answer, within `overall`, whatever the status; a `NodeFailure` when the node cannot be reached."""
     clock = Clock(timeouts)
     stage = clock.bound(clock.overall, "waiting for the node")
+    payload = b"" if body is None else dumps(body)
     try:
-        response = await client.request(method, path, headers, stage[0])
+        response = await client.request(method, path, headers, stage[0], payload)
     except TransportError as exc:
         raise _transport_failure(exc, stage) from None
     try:

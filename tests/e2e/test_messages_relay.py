@@ -143,10 +143,11 @@ def test_count_tokens_is_the_nodes_own_count_through_its_tokenizer(relays: Relay
 def test_count_tokens_without_a_tokenizer_endpoint_is_an_estimate_within_its_bound(relays: Relays) -> None:
     # llama-cpp-python's server has no chat tokenizer endpoint: the README states how far the estimate may be off
     # once the node has answered a request through the gateway (which shows what its template adds).
-    relays.client().messages.create(model="via-llama", messages=ASK, max_tokens=1)
-    for messages in (ASK, CONVERSATION, [{"role": "user", "content": "Describe, in a few sentences, how bread is made."}]):
-        counted = relays.client().messages.count_tokens(model="via-llama", messages=messages).input_tokens
-        used = relays.client().messages.create(model="via-llama", messages=messages, max_tokens=1).usage
+    client = relays.client()
+    client.messages.create(model="via-llama", messages=ASK, max_tokens=1)
+    bread = [{"role": "user", "content": "Describe, in a few sentences, how bread is made."}]
+    for messages in (ASK, CONVERSATION, bread):
+        counted = client.messages.count_tokens(model="via-llama", messages=messages).input_tokens
+        used = client.messages.create(model="via-llama", messages=messages, max_tokens=1).usage
         actual = used.input_tokens + (used.cache_read_input_tokens or 0)
-        print("estimate", counted, "actual", actual)
-        assert abs(counted - actual) <= max(8, actual // 4), (counted, actual)
+        assert abs(counted - actual) <= max(5, actual * 0.12), (counted, actual)

@@ -191,3 +191,19 @@ def test_a_nodes_400_reaches_the_client_in_the_apis_shape(pair: Pair) -> None:
         pair.anthropic(pair.node).messages.create(model=CHAT_MODEL, max_tokens=20_000, messages=ASK)
     assert relayed.value.body == direct.value.body
     assert relayed.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("system", [None, "Be brief."])
+def test_count_tokens_is_the_nodes_own(pair: Pair, system: str | None) -> None:
+    conversation = [
+        *ASK,
+        {"role": "assistant", "content": "Red, green and blue."},
+        {"role": "user", "content": "More?"},
+    ]
+    body: dict[str, Any] = {"messages": conversation} | ({"system": system} if system else {})
+    counted = pair.anthropic(pair.gateway).messages.count_tokens(model=MODEL, **body)
+    assert (
+        counted.input_tokens == pair.anthropic(pair.node).messages.count_tokens(model=CHAT_MODEL, **body).input_tokens
+    )
+    usage = pair.anthropic(pair.gateway).messages.create(model=MODEL, max_tokens=1, **body).usage
+    assert counted.input_tokens == usage.input_tokens + (usage.cache_read_input_tokens or 0)

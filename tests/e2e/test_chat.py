@@ -292,3 +292,51 @@ def test_concurrent_requests_do_not_corrupt_each_other(client: OpenAI, server) -
     for word, reply in zip(single, replies, strict=True):
         assert reply.choices[0].message.content == word * 12
         assert reply.usage.completion_tokens == 12
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+CONTINUED = [*user("Name a colour."), {"role": "assistant", "content": "My favourite colour is"}]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"tools": [WEATHER_TOOL]}, {"tools": [WEATHER_TOOL], "tool_choice": "none"}],
+    ids=["plain", "tools", "tools-none"],
+)
+def test_tokenize_with_messages_counts_the_prompt_chat_evaluates(client: OpenAI, server, extra: dict) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, *PROMPT]
+    with server.http() as http:
+        counted = http.post("/tokenize", json={"model": MODEL, "messages": messages, **extra}).json()
+    reply = greedy(client, messages, max_tokens=1, **extra)
+    assert counted["count"] == len(counted["tokens"]) == reply.usage.prompt_tokens
+    assert counted["max_model_len"] > counted["count"]
+
+
+def test_tokenize_with_messages_follows_continuation_and_the_generation_prompt(client: OpenAI, server) -> None:
+    with server.http() as http:
+
+        def count(**body: object) -> int:
+            return http.post("/tokenize", json={"model": MODEL, **body}).json()["count"]
+
+        continued = count(messages=CONTINUED, continue_final_message=True)
+        reply = greedy(client, CONTINUED, max_tokens=1, extra_body={"continue_final_message": True})
+        assert continued == reply.usage.prompt_tokens
+        assert count(messages=PROMPT, add_generation_prompt=False) < count(messages=PROMPT)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"prompt": "hi", "messages": PROMPT}, {"prompt": "hi", "tools": [WEATHER_TOOL]}, {}, {"messages": []}],
+    ids=["both", "prompt-with-tools", "neither", "no-messages"],
+)
+def test_tokenize_takes_one_shape_or_a_400(server, body: dict) -> None:
+    with server.http() as http:
+        response = http.post("/tokenize", json={"model": MODEL, **body})
+    assert response.status_code == 400 and response.json()["error"]["param"]

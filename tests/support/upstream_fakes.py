@@ -113,6 +113,7 @@ class FakeNodes:
         self.backends: list[RoutedBackend] = []
         app = web.Application()
         app.router.add_route("*", "/{node}/v1/{path:.*}", self._handle)
+        app.router.add_route("*", "/{node}/{path:.*}", self._handle)  # the server's root (tokenizer endpoints)
         # Handlers are cancelled when the client goes away, as a real node's generation would be.
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
         self.port = free_port()

@@ -133,6 +133,8 @@ def _ints(value: Any) -> list[int]:
 def _body_fits(path: str, body: dict[str, Any]) -> bool:
     if not _names_unique(body):
         return False
+    if path == "/tokenize" and "messages" in body:  # chat's messages, tools and continuation
+        return _choices_named(body) and _tool_answers_made(body) and _continues_an_assistant(body)
     if path == "/v1/chat/completions":
         one_kind = not (body.get("tools") and body.get("functions"))
         return one_kind and _choices_named(body) and _tool_answers_made(body) and _continues_an_assistant(body)

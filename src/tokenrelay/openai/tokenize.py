@@ -20,7 +20,7 @@ from tokenrelay.errors import InvalidRequest, ModelNotFound
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.openai.models import caller
 from tokenrelay.openai.parsing import validate_json
-from tokenrelay.protocol.chat import ChatCompletionRequest, Message, NamedToolChoice, Tool
+from tokenrelay.protocol.chat import ChatCompletionRequest, Message, NamedToolChoice, Tool, needs_list
 from tokenrelay.protocol.common import WireModel
 
 router = APIRouter()
@@ -38,7 +38,7 @@ class TokenizeRequest(WireModel):
 class ChatTokenizeRequest(WireModel):
     """Chat messages to tokenize as the chat endpoint renders them (vLLM's shape, and chat's `tool_choice`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [needs_list("tool_choice", "tools")]})
     model: str
     messages: Annotated[list[Message], Field(min_length=1)]
     tools: Annotated[list[Tool], Field(min_length=1)] | None = None
@@ -77,7 +77,9 @@ async def tokenize(request: Request) -> JSONResponse:
     if isinstance(body, TokenizeRequest):
         tokens = backend.tokenize(body.prompt, add_special=body.add_special)
     else:
-        opened = body.add_generation_prompt and not body.continue_final_message
+        # A continued message is left open whatever `add_generation_prompt` says (an empty one opens a new turn,
+        # as chat does).
+        opened = body.add_generation_prompt or body.continue_final_message
         tokens = await backend.chat_tokens(body.as_chat(), opened=opened)
     return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": backend.n_ctx})
 

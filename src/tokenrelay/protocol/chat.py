@@ -157,7 +157,7 @@ class ResponseFormat(WireModel):
         return self
 
 
-def _needs_list(choice: str, listed: str) -> dict[str, Any]:
+def needs_list(choice: str, listed: str) -> dict[str, Any]:
     """A JSON Schema rule: `required` or a named function as `choice` needs the `listed` functions."""
     return {
         "if": {
@@ -176,8 +176,8 @@ class ChatCompletionRequest(GenerationRequest):
             "allOf": [
                 STREAM_OPTIONS_NEED_STREAM,
                 requires("top_logprobs", "logprobs"),
-                _needs_list("tool_choice", "tools"),
-                _needs_list("function_call", "functions"),
+                needs_list("tool_choice", "tools"),
+                needs_list("function_call", "functions"),
             ]
         }
     )

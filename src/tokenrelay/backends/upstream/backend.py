@@ -141,7 +141,8 @@ class RoutedBackend:
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
         """Exact with an embedded engine (the same model), or as a node's tokenizer endpoint counts it; otherwise
-        an estimate (the ledger's, template tokens included), as when no node can be asked."""
+        an estimate (the ledger's, template tokens included), as when no node can be asked. The first node that
+        answers decides: a model's nodes are expected to run the same server."""
         if self.embedded is not None:
             return await self.embedded.backend.count_chat_prompt(request)
         try:
@@ -153,7 +154,8 @@ class RoutedBackend:
         return count
 
     async def count_natively(self, request: NativeRequest, request_id: str) -> int:
-        """A node's own count of a request in an API it serves itself (Messages' `count_tokens`)."""
+        """A node's own count of a request in an API it serves itself (Messages' `count_tokens`). No estimate
+        stands in when no node answers: the client asked for the node's API, and gets its failure as a 5xx."""
         _, count = await self._first_answer(
             lambda: self._natives(request), lambda node: node.count_native(request, request_id)
         )

@@ -13,12 +13,16 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from tokenrelay.backends.upstream.client import NodeClient
+from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.relay import fetch
 from tokenrelay.backends.upstream.transport import TransportFactory
 from tokenrelay.config import UpstreamSettings, UpstreamTimeouts
 from tokenrelay.jsonbytes import loads
 
 Shape = Literal["vllm", "llama-server", "none"]
+
+# What a server answers for a path it does not serve, or a body of another shape than it reads.
+_NOT_THIS_SHAPE = frozenset({400, 404, 405, 422})
 
 # The chat fields that change the rendered prompt, passed to the tokenizer as the node's chat body has them.
 _PROMPT_FIELDS = ("messages", "tools", "tool_choice", "continue_final_message")
@@ -80,10 +84,13 @@ class NodeTokenizer:
         return len(tokens) if isinstance(tokens, list) else None
 
     async def _post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any] | None:
-        """The node's JSON object answer, or None for any other answer (not this shape)."""
+        """The node's JSON object answer; None when the node has no such endpoint or another shape of it. Any
+        other failure (a node still loading, a refused key) is the node's, so no shape is concluded from it."""
         status, content = await fetch(self._root(), "POST", path, headers, self.timeouts, body)
-        if not 200 <= status < 300:
+        if status in _NOT_THIS_SHAPE:
             return None
+        if not 200 <= status < 300:
+            raise NodeFailure(f"the node's tokenizer answered {status}")
         try:
             answer = loads(content)
         except ValueError:

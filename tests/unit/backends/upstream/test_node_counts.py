@@ -45,10 +45,9 @@ async def test_llama_servers_shape_renders_then_tokenizes_and_is_remembered(node
     backend = nodes.backend("a")
     for _ in range(2):
         assert await backend.count_chat_prompt(chat("Hello")) == PromptCount(5)
-    assert root_paths(nodes, "a") == ["/a/tokenize", "/a/apply-template", "/a/tokenize"] + [
-        "/a/apply-template",
-        "/a/tokenize",
-    ]
+    both_shapes_tried = ["/a/tokenize", "/a/apply-template", "/a/tokenize"]
+    remembered = ["/a/apply-template", "/a/tokenize"]
+    assert root_paths(nodes, "a") == [*both_shapes_tried, *remembered]
 
 
 async def test_without_a_tokenizer_the_estimate_learns_the_templates_tokens(nodes: FakeNodes) -> None:
@@ -79,3 +78,17 @@ async def test_a_native_count_is_the_nodes_and_fails_over(nodes: FakeNodes) -> N
     [seen] = [seen for seen in nodes.seen if seen.node == "b"]
     assert seen.path == "/b/v1/messages/count_tokens" and seen.json() == body | {"model": "node-model"}
     assert seen.headers["anthropic-version"] == "2023-06-01"
+
+
+async def test_a_node_that_fails_is_not_taken_for_one_without_a_tokenizer(nodes: FakeNodes) -> None:
+    statuses = iter([503, 200])
+
+    async def loading(request: web.Request) -> web.Response:
+        status = next(statuses)
+        return web.json_response({"count": 9} if status == 200 else {"error": {"message": "loading"}}, status=status)
+
+    nodes.on("a", loading)
+    backend = nodes.backend("a")
+    first = await backend.count_chat_prompt(chat("Hello"))
+    assert first.estimated  # the node failed: an estimate this time
+    assert await backend.count_chat_prompt(chat("Hello")) == PromptCount(9)  # and its tokenizer the next

@@ -3,8 +3,8 @@
 A node that ignores or misreads the limit would otherwise stream (and bill) tokens the client never asked for.
 Each choice's tokens are counted as they pass: a logprob entry is one token, and a delta without logprobs is at
 least one (a node sends text at token boundaries, or later), so a count never runs ahead of the node's. A choice
-that runs past the limit is ended here with `length` and the rest of it dropped; once every choice has ended the
-relay stops reading, which closes the node's connection and so stops its generation. A whole answer (not a
+that runs past the limit is ended here with `length` and the rest of it dropped; once every choice has ended, one
+of them here, the relay stops reading, which closes the node's connection and so stops its generation. A whole answer (not a
 stream) arrives at once: when its usage says it ran past the limit, each choice's text is cut to the longest
 prefix the token counter counts within the limit. Usage is never billed beyond the limit.
 """
@@ -56,8 +56,9 @@ class Cutoff:
 
     @property
     def done(self) -> bool:
-        """Every choice has ended (by the node or here): nothing more of the answer is needed."""
-        return self.limit is not None and len(self.ended) >= self.choices
+        """Every choice has ended and one was cut here: the rest of the answer is not wanted. (A node that ended
+        every choice itself is read to its end, for the usage it sends last.)"""
+        return bool(self.cut) and len(self.ended) >= self.choices
 
     def passed(self, events: list[Event], whole: bool = False) -> list[Event]:
         """The events of one read (`whole`: the node's whole answer) held to the limit."""

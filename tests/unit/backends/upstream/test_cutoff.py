@@ -113,3 +113,11 @@ async def test_logprob_entries_count_one_token_each() -> None:
     out = cutoff.passed([TextDelta(0, "t0t1t2t3t4", entries)])
     assert out == [TextDelta(0, "t0t1t2", entries[:3]), Finish(0, "length")]
     assert cutoff.done and cutoff.passed([TextDelta(0, "more")]) == []
+
+
+async def test_a_node_that_ends_every_choice_itself_is_read_to_its_usage(nodes: FakeNodes) -> None:
+    finishes = [chunk(finish="length", index=0), chunk(finish="length", index=1)]
+    body = sse(chunk("a", index=0), chunk("b", index=1), *finishes, usage_chunk(9, 2))
+    nodes.on("a", answer(lambda: event_stream(body)))
+    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=1, n=2), "rid"))
+    assert events[-1] == Usage(9, 2, 0)  # the node's own, not an estimate

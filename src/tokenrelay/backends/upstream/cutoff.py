@@ -4,9 +4,9 @@ A node that ignores or misreads the limit would otherwise stream (and bill) toke
 Each choice's tokens are counted as they pass: a logprob entry is one token, and a delta without logprobs is at
 least one (a node sends text at token boundaries, or later), so a count never runs ahead of the node's. A choice
 that runs past the limit is ended here with `length` and the rest of it dropped; once every choice has ended, one
-of them here, the relay stops reading, which closes the node's connection and so stops its generation. A whole answer (not a
-stream) arrives at once: when its usage says it ran past the limit, each choice's text is cut to the longest
-prefix the token counter counts within the limit. Usage is never billed beyond the limit.
+of them here, the relay stops reading, which closes the node's connection and so stops its generation. A whole
+answer (not a stream) arrives at once: when its usage says it ran past the limit, each choice's text is cut to the
+longest prefix the token counter counts within the limit. Usage is never billed beyond the limit.
 """
 
 from __future__ import annotations

@@ -1,23 +1,29 @@
 """Embedded engine throughput: tokenrelay vs llama.cpp's own `llama-server`, same GGUF, same requests.
 
-Runs, in one go, three servers on the default Gemma model, alternating trial by trial:
+Runs, in one go, these servers on the default Gemma model, alternating trial by trial:
 - `tokenrelay`: `tokenrelay serve` with its default engine settings;
+- each `--variant NAME:VAR=VALUE,...`: the same with those environment variables (e.g. a kernel switch);
 - `tokenrelay-by-shape`: the same with `batch_invariant: false` and `kv_type: f16`, so that llama.cpp picks its
-  kernels by batch shape: what batch invariance costs;
+  kernels by batch shape: what batch invariance costs (left out with `--skip-by-shape`);
 - `llama-server`: built from the sdist of the installed llama-cpp-python (cmake, server target only, cached under
   the work dir), run as `llama-server -np 16 -c 16384 -t THREADS`.
-Each level (1 and 16 concurrent clients) streams 48-token sampled completions (temperature 0.8, seeded, end of
-text banned so every request makes the same number of tokens). Prints aggregate tokens/s, time to first token
-p50/p99 and RSS per server and level, the ratios, and how many of 16 greedy and 16 seeded completions run
-together equal the same requests run alone; then constrained decoding speed (`constrained.py`).
+Each level (1 and 16 concurrent clients) streams 48-token completions (end of text banned so every request makes
+the same number of tokens), seeded, in each workload: `sampled` (temperature 0.8 over the whole vocabulary, as
+OpenAI's defaults mean; llama-server is sent `top_k: 0, top_p: 1, min_p: 0`), `greedy`, and for llama-server
+also `own-chain` (temperature 0.8 through its default top_k 40, top_p 0.95, min_p 0.05). Prints aggregate
+tokens/s, time to first token p50/p99 and inter-token gap p99 per server, workload and level, RSS, the time from
+start to `/health` 200, issue 33's targets, and how many of 16 greedy and 16 seeded completions run together equal
+the same requests run alone; then constrained decoding speed (`constrained.py`).
 
     python benchmarks/engine.py [--max-tokens 48] [--rounds 2] [--trials 3] [--llama-server PATH]
+        [--variant NAME:VAR=VALUE,...] [--skip-by-shape]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -46,6 +52,10 @@ NO_EOS = {"1": -100, "106": -100}  # Gemma's end-of-text and end-of-turn tokens
 TOPICS = "rivers mountains glass clocks bees salt wind lanterns snow copper owls ferns ships bells moss stars"
 PROMPTS = [f"Story {i}: Once upon a time in a land of {topic}, there lived" for i, topic in enumerate(TOPICS.split())]
 LEVELS = (1, 16)
+FULL_VOCABULARY = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}  # llama-server's chain cut to OpenAI's semantics
+# Workloads: (temperature, extra fields for llama-server). tokenrelay is sent the temperature alone.
+WORKLOADS = {"sampled": (0.8, FULL_VOCABULARY), "greedy": (0.0, {}), "own-chain": (0.8, {})}
+PEER = "llama-server"
 
 
 @dataclass
@@ -53,6 +63,7 @@ class Result:
     tokens: int
     seconds: float
     ttfts: list[float]
+    gaps: list[float]  # seconds between successive text chunks of a stream
 
     @property
     def tok_s(self) -> float:
@@ -64,7 +75,10 @@ class Server:
     name: str
     process: subprocess.Popen[bytes]
     base: str
-    runs: dict[int, list[Result]] = field(default_factory=dict)
+    startup: float  # seconds from start to /health 200
+    workloads: tuple[str, ...] = ("sampled", "greedy")
+    runs: dict[tuple[str, int], list[Result]] = field(default_factory=dict)
+    rss: float = 0.0  # MiB, the most seen after a trial
 
 
 def rss_mib(pid: int) -> float:
@@ -77,6 +91,7 @@ def rss_mib(pid: int) -> float:
 def start(name: str, command: list[str], logs: Path, env: dict[str, str] | None = None) -> Server:
     port = int(command[command.index("--port") + 1])
     log = logs / f"{name}.log"
+    started = time.monotonic()
     with log.open("wb") as out:
         # A session of its own: a terminal's signals (Ctrl+C included) reach the benchmark, which stops its servers.
         process = subprocess.Popen(
@@ -93,16 +108,19 @@ def start(name: str, command: list[str], logs: Path, env: dict[str, str] | None 
             raise RuntimeError(f"{name} exited:\n{log.read_text()[-3000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return Server(name, process, f"http://127.0.0.1:{port}")
+                return Server(name, process, f"http://127.0.0.1:{port}", time.monotonic() - started)
         except httpx.HTTPError:
             pass
-        time.sleep(0.5)
+        time.sleep(0.1)
     process.kill()
     raise RuntimeError(f"{name} did not start")
 
 
-async def one(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[int, float, str]:
-    """(completion tokens, time to first token, text) of one streamed completion.
+Stream = tuple[int, float, str, list[float]]  # completion tokens, time to first token, text, inter-token gaps
+
+
+async def one(client: httpx.AsyncClient, body: dict[str, object]) -> Stream:
+    """One streamed completion.
 
     llama-server closes idle keep-alive connections on its own schedule, so a request sent on a connection it
     has just closed fails before any answer: such a request is sent once more, on a new connection."""
@@ -112,33 +130,42 @@ async def one(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[int, 
         return await _one(client, body)
 
 
-async def _one(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[int, float, str]:
+async def _one(client: httpx.AsyncClient, body: dict[str, object]) -> Stream:
     started = time.perf_counter()
-    ttft, text = None, []
+    arrivals, text = [], []
     async with client.stream("POST", "/v1/completions", json=body | {"stream": True}) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             choices = json.loads(line[6:]).get("choices") or [{}]
             piece = choices[0].get("text") or ""
-            if piece and ttft is None:
-                ttft = time.perf_counter() - started
+            if piece:
+                arrivals.append(time.perf_counter())
             text.append(piece)
+    ttft = arrivals[0] - started if arrivals else float("nan")
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     # Both servers send one chunk per generated token (and no end of text is allowed): tokens = chunks with text.
-    return sum(1 for piece in text if piece), ttft if ttft is not None else float("nan"), "".join(text)
+    return sum(1 for piece in text if piece), ttft, "".join(text), gaps
 
 
-def body(prompt: str, max_tokens: int, seed: int | None, temperature: float) -> dict[str, object]:
+def body(prompt: str, max_tokens: int, seed: int | None, temperature: float, extra: dict[str, object]) -> dict:
     out: dict[str, object] = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "logit_bias": NO_EOS}
     out["temperature"] = temperature
     if seed is not None:
         out["seed"] = seed
-    return out
+    return out | extra
 
 
-async def run_level(base: str, concurrency: int, max_tokens: int, rounds: int) -> Result:
-    work = [body(PROMPTS[i % len(PROMPTS)], max_tokens, i, 0.8) for i in range(concurrency * rounds)]
-    outs: list[tuple[int, float, str]] = []
+def workload_fields(server: Server, workload: str) -> tuple[float, dict[str, object]]:
+    temperature, extra = WORKLOADS[workload]
+    return temperature, extra if server.name == PEER else {}
+
+
+async def run_level(
+    base: str, concurrency: int, max_tokens: int, rounds: int, temperature: float, extra: dict
+) -> Result:
+    work = [body(PROMPTS[i % len(PROMPTS)], max_tokens, i, temperature, extra) for i in range(concurrency * rounds)]
+    outs: list[Stream] = []
 
     async def worker(client: httpx.AsyncClient) -> None:
         while work:
@@ -146,26 +173,29 @@ async def run_level(base: str, concurrency: int, max_tokens: int, rounds: int) -
 
     limits = httpx.Limits(max_connections=concurrency + 1)
     async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
-        await one(client, body(PROMPTS[0], 2, 0, 0.8))  # warm-up
+        await one(client, body(PROMPTS[0], 2, 0, temperature, extra))  # warm-up
         started = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         seconds = time.perf_counter() - started
-    return Result(sum(o[0] for o in outs), seconds, [o[1] for o in outs])
+    return Result(sum(o[0] for o in outs), seconds, [o[1] for o in outs], [g for o in outs for g in o[3]])
 
 
-def trial(server: Server, level: int, args: argparse.Namespace) -> None:
-    result = asyncio.run(run_level(server.base, level, args.max_tokens, args.rounds))
-    server.runs.setdefault(level, []).append(result)
+def trial(server: Server, workload: str, level: int, args: argparse.Namespace) -> None:
+    temperature, extra = workload_fields(server, workload)
+    result = asyncio.run(run_level(server.base, level, args.max_tokens, args.rounds, temperature, extra))
+    server.runs.setdefault((workload, level), []).append(result)
+    server.rss = max(server.rss, rss_mib(server.process.pid))
     print(
-        f"  {server.name:<22} c={level:<3} {result.tok_s:7.1f} tok/s  ttft p50 {pct(result.ttfts, 0.5):6.0f} ms"
-        f"  p99 {pct(result.ttfts, 0.99):6.0f} ms  rss {rss_mib(server.process.pid):5.0f} MiB",
+        f"  {server.name:<22} {workload:<9} c={level:<3} {result.tok_s:7.1f} tok/s"
+        f"  ttft p50 {pct(result.ttfts, 0.5):6.0f} ms  p99 {pct(result.ttfts, 0.99):6.0f} ms"
+        f"  itl p99 {pct(result.gaps, 0.99):5.0f} ms",
         flush=True,
     )
 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
 
 
 async def texts(base: str, bodies: list[dict[str, object]], together: bool) -> list[str]:
@@ -177,10 +207,18 @@ async def texts(base: str, bodies: list[dict[str, object]], together: bool) -> l
 
 def identical(server: Server, max_tokens: int, seeded: bool) -> int:
     """How many of 16 completions (greedy, or sampled with a seed) run together equal the same request alone."""
-    bodies = [body(p, max_tokens, 1000 + i if seeded else None, 0.8 if seeded else 0.0) for i, p in enumerate(PROMPTS)]
+    bodies = [
+        body(p, max_tokens, 1000 + i if seeded else None, 0.8 if seeded else 0.0, {}) for i, p in enumerate(PROMPTS)
+    ]
     alone = asyncio.run(texts(server.base, bodies, together=False))
     together = asyncio.run(texts(server.base, bodies, together=True))
     return sum(a == b for a, b in zip(alone, together, strict=True))
+
+
+def variant(text: str) -> tuple[str, dict[str, str]]:
+    """`NAME:VAR=VALUE,VAR=VALUE` -> (NAME, {VAR: VALUE})."""
+    name, _, assignments = text.partition(":")
+    return name, dict(item.split("=", 1) for item in assignments.split(",") if item)
 
 
 def main() -> None:
@@ -191,22 +229,29 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary (default: build one)")
     parser.add_argument("--work-dir", type=Path, default=ROOT / ".bench-work", help="where the peer build is kept")
+    parser.add_argument("--variant", type=variant, action="append", default=[], help="NAME:VAR=VALUE,... (repeatable)")
+    parser.add_argument("--skip-by-shape", action="store_true", help="leave out tokenrelay-by-shape")
     args = parser.parse_args()
     data = shared_data_dir()
     gguf = ensure_default_model(data)
     binary = args.llama_server or llama_server_binary(args.work_dir)
     logs = Path(tempfile.mkdtemp(prefix="bench-engine-"))
+    print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), " ".join(sys.argv[1:]), flush=True)
     servers: list[Server] = []
     try:
         servers.append(start_tokenrelay("tokenrelay", data, gguf, logs, args, {}))
-        servers.append(start_tokenrelay("tokenrelay-by-shape", data, gguf, logs, args, KERNELS_BY_SHAPE))
+        for name, env in args.variant:
+            servers.append(start_tokenrelay(name, data, gguf, logs, args, env))
+        if not args.skip_by_shape:
+            servers.append(start_tokenrelay("tokenrelay-by-shape", data, gguf, logs, args, KERNELS_BY_SHAPE))
         servers.append(start_llama_server(binary, gguf, logs, args))
         # All servers stay up and take turns, trial by trial: load from elsewhere on a shared machine then
         # falls on each alike, and the medians compare like with like.
         for level in LEVELS:
             for _ in range(args.trials):
                 for server in servers:
-                    trial(server, level, args)
+                    for workload in server.workloads:
+                        trial(server, workload, level, args)
         invariance = {
             s.name: (identical(s, args.max_tokens, False), identical(s, args.max_tokens, True)) for s in servers
         }
@@ -232,7 +277,11 @@ def start_tokenrelay(
     command += ["--model", str(gguf), "--model-id", MODEL, "--threads", str(args.threads)]
     server = start(name, command, logs, env)
     health = httpx.get(f"{server.base}/health").json()["models"][MODEL]
-    print(f"{name}: {health['slots']} slots, kernel invariance probe={health['kernel_invariance_probe']}", flush=True)
+    print(
+        f"{name}: {health['slots']} slots, kernel invariance probe={health['kernel_invariance_probe']},"
+        f" /health 200 after {server.startup:.1f} s",
+        flush=True,
+    )
     return server
 
 
@@ -242,40 +291,79 @@ def start_llama_server(binary: Path, gguf: Path, logs: Path, args: argparse.Name
     command += ["-np", "16", "-c", "16384", "-t", str(args.threads)]
     if "amx_int8" in cpu_flags():
         command.append("--no-repack")  # its native build dies on CPUs that advertise AMX but fault on it
-    return start("llama-server", command, logs)
+    server = start(PEER, command, logs)
+    server.workloads = ("sampled", "greedy", "own-chain")
+    return server
 
 
-def median_tok_s(server: Server, level: int) -> float:
-    return statistics.median(r.tok_s for r in server.runs[level])
+def median_tok_s(server: Server, workload: str, level: int) -> float:
+    return statistics.median(r.tok_s for r in server.runs[workload, level])
 
 
-def pooled_ttfts(server: Server, level: int) -> list[float]:
-    return [t for r in server.runs[level] for t in r.ttfts]
+def pooled(server: Server, workload: str, level: int, what: str) -> list[float]:
+    return [value for r in server.runs[workload, level] for value in getattr(r, what)]
+
+
+def level_cells(server: Server, workload: str, level: int) -> str:
+    ttfts, gaps = pooled(server, workload, level, "ttfts"), pooled(server, workload, level, "gaps")
+    tok_s = median_tok_s(server, workload, level)
+    return f"{tok_s:>13.1f}{pct(ttfts, 0.5):>9.0f}{pct(ttfts, 0.99):>7.0f}{pct(gaps, 0.99):>9.0f}"
 
 
 def report(servers: list[Server], invariance: dict[str, tuple[int, int]], constrained: list[str]) -> None:
-    header = "".join(f"{'c=' + str(c) + ' tok/s':>14}{'ttft p50':>10}{'p99':>8}" for c in LEVELS)
-    print(f"\nmedians of {len(servers[0].runs[1])} alternating trials; ttft percentiles over all trials")
-    print(f"{'':<24}{header}{'identical greedy/seeded':>26}")
+    header = "".join(f"{'c=' + str(c) + ' tok/s':>13}{'ttft p50':>9}{'p99':>7}{'itl p99':>9}" for c in LEVELS)
+    print(f"\nmedians of {len(servers[0].runs['sampled', 1])} alternating trials; latency percentiles over all trials")
+    print(f"{'':<34}{header}{'RSS MiB':>9}{'start s':>9}{'identical greedy/seeded':>26}")
     for server in servers:
-        cells = "".join(
-            f"{median_tok_s(server, c):>14.1f}{pct(pooled_ttfts(server, c), 0.5):>10.0f}"
-            f"{pct(pooled_ttfts(server, c), 0.99):>8.0f}"
-            for c in LEVELS
-        )
         greedy, seeded = invariance[server.name]
-        print(f"{server.name:<24}{cells}{f'{greedy}/16 / {seeded}/16':>26}")
-    tokenrelay, by_shape, peer = servers
-    for level, target in ((16, 1.0), (1, 0.95)):
-        print(f"tokenrelay / llama-server at c={level:<2}: {ratio(tokenrelay, peer, level)} (target >= {target}x)")
-    for level in LEVELS:
-        print(f"tokenrelay / tokenrelay-by-shape at c={level:<2}: {ratio(tokenrelay, by_shape, level)}")
+        for workload in server.workloads:
+            cells = "".join(level_cells(server, workload, c) for c in LEVELS)
+            print(
+                f"{server.name + ' ' + workload:<34}{cells}{server.rss:>9.0f}{server.startup:>9.1f}"
+                f"{f'{greedy}/16 / {seeded}/16':>26}"
+            )
+    peer = next(s for s in servers if s.name == PEER)
+    for server in (s for s in servers if s.name.startswith("tokenrelay") and s.name != "tokenrelay-by-shape"):
+        print(f"\n{server.name} against issue 33's targets:")
+        targets(server, peer, invariance[server.name])
+    by_shape = next((s for s in servers if s.name == "tokenrelay-by-shape"), None)
+    if by_shape is not None:
+        for level in LEVELS:
+            cost = ratio(servers[0], by_shape, "sampled", "sampled", level)
+            print(f"tokenrelay / tokenrelay-by-shape sampled at c={level:<2}: {cost}")
     print("\n".join(constrained))
 
 
-def ratio(a: Server, b: Server, level: int) -> str:
-    trials = ", ".join(f"{x.tok_s / y.tok_s:.2f}" for x, y in zip(a.runs[level], b.runs[level], strict=True))
-    return f"{median_tok_s(a, level) / median_tok_s(b, level):.2f}x of medians (per trial {trials})"
+TARGETS = (  # (our workload, llama-server's, level, lowest ratio)
+    ("sampled", "sampled", 16, 1.10),
+    ("sampled", "sampled", 1, 1.0),
+    ("greedy", "greedy", 16, 1.0),
+    ("greedy", "greedy", 1, 1.0),
+    ("sampled", "own-chain", 16, 0.95),
+    ("sampled", "own-chain", 1, 0.95),
+)
+
+
+def targets(server: Server, peer: Server, invariance: tuple[int, int]) -> None:
+    for ours, theirs, level, lowest in TARGETS:
+        met = median_tok_s(server, ours, level) / median_tok_s(peer, theirs, level) >= lowest
+        shown = ratio(server, peer, ours, theirs, level)
+        print(f"  {ours} / {PEER} {theirs} at c={level:<2}: {shown}  {verdict(met)} (>= {lowest}x)")
+    ttft = [pct(pooled(s, "sampled", 16, "ttfts"), 0.99) for s in (server, peer)]
+    print(f"  ttft p99 sampled c=16: {ttft[0]:.0f} ms vs {ttft[1]:.0f} ms  {verdict(ttft[0] <= ttft[1])} (<= {PEER}'s)")
+    print(f"  identical greedy / seeded: {invariance[0]}/16, {invariance[1]}/16  {verdict(invariance == (16, 16))}")
+    print(f"  RSS {server.rss:.0f} MiB  {verdict(server.rss <= 1200)} (<= 1.2 GB)")
+    print(f"  start to /health 200: {server.startup:.1f} s  {verdict(server.startup < 10)} (< 10 s)")
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def ratio(a: Server, b: Server, ours: str, theirs: str, level: int) -> str:
+    pairs = zip(a.runs[ours, level], b.runs[theirs, level], strict=True)
+    trials = ", ".join(f"{x.tok_s / y.tok_s:.2f}" for x, y in pairs)
+    return f"{median_tok_s(a, ours, level) / median_tok_s(b, theirs, level):.2f}x (per trial {trials})"
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ def test_n_choices_share_one_prefill(server: Server, client: OpenAI) -> None:
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory: pytest.TempPathFactory):
+    # 32 prompt tokens per step, so that a long prompt takes many steps beside a running stream.
     srv = start_server(tmp_path_factory.mktemp("small"), "--slots", "2", "--queue-size", "0", "--prefill-chunk", "32")
     yield srv
     srv.stop()

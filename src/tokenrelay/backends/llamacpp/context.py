@@ -24,8 +24,7 @@ class LlamaContext:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = settings.ctx_per_slot * settings.slots
         params.n_seq_max = settings.slots
-        # One step is one compute pass: a prompt chunk plus a token per slot. Letting llama.cpp split a step
-        # into several passes would re-cut prompts into pieces that depend on what else is running.
+        # A step is one batch: its prompt tokens plus a token per slot, all in one call.
         params.n_batch = params.n_ubatch = step_capacity(settings)
         params.n_threads = settings.threads
         params.n_threads_batch = settings.threads
@@ -52,12 +51,7 @@ class LlamaContext:
             self.ptr = None
 
     def decode(self) -> int:
-        status = native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
-        if status == 0:
-            # llama.cpp puts its output rows in batch order lazily, on the first read of any row, and the
-            # sequences of a step are sampled on several threads: one read here makes theirs plain reads.
-            llama_cpp.llama_get_logits(self.ptr)
-        return status
+        return native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
 
     def run(self, rows: list[tuple[int, int, int, bool]]) -> list[int]:
         """One decode over (token, position, sequence, wants logits) rows, outside the scheduler's steps (the

@@ -1,14 +1,17 @@
-"""Per-sequence sampling: logit bias and OpenAI penalties in NumPy, the draw in llama.cpp's sampler chain.
+"""Per-sequence sampling in NumPy, straight on the context's logits row.
 
-Bias and penalties are applied to the context's logits row in place (sparse and cheap), then llama.cpp's
-chain (top-k → temperature → top-p → seeded draw, or greedy) picks the token. Logprobs are computed from that same
-modified row, so they describe the distribution the token was actually drawn from.
+Logit bias, OpenAI's penalties and a grammar's mask are applied to the row in place; then the token is the row's
+argmax (greedy) or a draw from the temperature-scaled distribution, cut to Anthropic's `top_k` and OpenAI's
+`top_p` nucleus when asked, with one uniform number per step from the sequence's own seeded generator. Logprobs
+come from the same scaled row (before any top-k or top-p cut), so they describe the distribution the token was
+drawn from.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import llama_cpp
@@ -17,6 +20,11 @@ import numpy as np
 from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
 
 BAN = -100.0  # a bias of -100 bans the token outright, as the OpenAI API describes
+BLOCK = 1024  # the draw finds its block of the vocabulary first, then its token inside that block
+# Where candidates for a top-k or top-p cut are looked for first: weights relative to the most likely token's.
+# A comparison pass over the vocabulary is much cheaper than ordering it, and the cut is nearly always near the top.
+WEIGHT_CUTOFFS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
+LOGIT_MARGINS = (4.0, 16.0)  # the same for the k most likely tokens listed as top logprobs, in logits
 
 
 def derive_seed(seed: int | None, index: int) -> int:
@@ -43,6 +51,10 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def truncated(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0
+
 
 @dataclass(slots=True)
 class Draw:
@@ -56,27 +68,108 @@ def logits_row(ctx: llama_cpp.llama_context_p, index: int, n_vocab: int) -> np.n
     return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
 
 
-def log_softmax(row: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    scaled = row / temperature if temperature not in (0.0, 1.0) else row
-    peak = np.max(scaled)
-    return scaled - (peak + np.log(np.sum(np.exp(scaled - peak))))
+@dataclass(frozen=True, slots=True)
+class Scaled:
+    """A row's distribution at a temperature: weights exp((logit - peak) / temperature) and their sum."""
+
+    row: np.ndarray
+    peak: float
+    temperature: float
+    weights: np.ndarray
+    blocks: np.ndarray  # cumulative sums of the weights, block by block (float64)
+
+    @property
+    def total(self) -> float:
+        return float(self.blocks[-1])
+
+    def logprob(self, token: int) -> float:
+        return (float(self.row[token]) - self.peak) / self.temperature - float(np.log(self.total))
+
+    def top(self, k: int) -> list[tuple[int, float]]:
+        """The k most likely tokens; tokens that could not be drawn (banned, or outside a grammar) are never
+        listed, so fewer than k come back when fewer were possible."""
+        if k <= 0:
+            return []
+        ids = leading(self.row, [self.peak - m for m in LOGIT_MARGINS], -np.inf, lambda ids: ids.size >= k)[:k]
+        return [(int(i), self.logprob(int(i))) for i in ids]
 
 
-def top_k(logprobs: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """The k most likely tokens; tokens that could not be drawn (banned, or outside a grammar) are never listed,
-    so fewer than k come back when fewer were possible."""
-    if k <= 0:
-        return []
-    ids = np.argpartition(logprobs, -k)[-k:]
-    ids = ids[np.argsort(-logprobs[ids], kind="stable")]
-    return [(int(i), float(logprobs[i])) for i in ids if logprobs[i] > -np.inf]
+def scale(row: np.ndarray, temperature: float) -> Scaled:
+    """The row's distribution at `temperature`."""
+    peak = float(np.max(row))
+    if peak == -np.inf:  # nothing allowed at all (every token the grammar allows is banned): draw any
+        return scale(np.zeros_like(row), temperature)
+    weights = row - np.float32(peak)
+    if temperature != 1.0:
+        np.multiply(weights, np.float32(1.0 / temperature), out=weights)
+    np.exp(weights, out=weights)
+    return Scaled(row, peak, temperature, weights, np.cumsum(block_sums(weights)))
+
+
+def block_sums(weights: np.ndarray) -> np.ndarray:
+    whole = weights.size - weights.size % BLOCK
+    sums = weights[:whole].reshape(-1, BLOCK).sum(axis=1, dtype=np.float32).astype(np.float64)
+    return np.append(sums, weights[whole:].sum(dtype=np.float64)) if whole < weights.size else sums
+
+
+def pick(cumulative: np.ndarray, weights: np.ndarray, u: float) -> int:
+    """The index whose interval of the cumulative sums holds `u`; never one of weight zero (rounding at the end
+    of the range falls back to the last positive weight)."""
+    i = min(int(np.searchsorted(cumulative, u, side="right")), cumulative.size - 1)
+    while i > 0 and weights[i] <= 0:
+        i -= 1
+    return i
+
+
+def draw_full(scaled: Scaled, u: float) -> int:
+    """A draw from the whole distribution: `u` (uniform in [0, 1)) picks a block, then a token inside it."""
+    blocks = scaled.blocks
+    target = u * scaled.total
+    b = pick(blocks, np.diff(blocks, prepend=0.0), target)
+    start = b * BLOCK
+    inside = scaled.weights[start : start + BLOCK]
+    before = float(blocks[b - 1]) if b else 0.0
+    return start + pick(np.cumsum(inside, dtype=np.float64), inside, target - before)
+
+
+def leading(
+    values: np.ndarray, cutoffs: Sequence[float], floor: float, enough: Callable[[np.ndarray], bool]
+) -> np.ndarray:
+    """Ids of the largest values, in descending order (ties by id): those above the first cutoff whose set is
+    `enough`, else all above `floor`."""
+    for cutoff in cutoffs:
+        ids = np.flatnonzero(values >= cutoff)
+        if enough(ids):
+            break
+    else:
+        ids = np.flatnonzero(values > floor)
+    return ids[np.argsort(-values[ids], kind="stable")]
+
+
+def draw_truncated(scaled: Scaled, top_k: int, top_p: float, u: float) -> int:
+    """A draw from the k most likely tokens (if `top_k`), then from the smallest set of those whose
+    probability reaches `top_p` (OpenAI's nucleus), renormalised."""
+    weights = scaled.weights
+
+    def enough(ids: np.ndarray) -> bool:
+        return (top_k > 0 and ids.size >= top_k) or (top_p < 1.0 and weights[ids].sum() >= top_p * scaled.total)
+
+    ids = leading(weights, WEIGHT_CUTOFFS, 0.0, enough)
+    if top_k > 0:
+        ids = ids[:top_k]
+    kept = weights[ids].astype(np.float64)
+    cumulative = np.cumsum(kept)
+    if top_p < 1.0:
+        size = min(int(np.searchsorted(cumulative, top_p * cumulative[-1], side="left")) + 1, ids.size)
+        ids, kept, cumulative = ids[:size], kept[:size], cumulative[:size]
+    return int(ids[pick(cumulative, kept, u * float(cumulative[-1]))])
 
 
 class TokenSampler:
-    """One sequence's sampler: owns its llama.cpp chain (and so its seeded random state) and its counts.
+    """One sequence's sampler: its random generator (seeded), its token counts (penalties), its grammar.
 
-    A grammar constraint, when given, masks the row after bias and penalties and before the draw, so the
-    chain (and the logprobs) see only tokens the grammar allows; unconstrained sequences skip it entirely.
+    A grammar constraint, when given, masks the row after bias and penalties and before the draw, so the draw
+    (and the logprobs) see only tokens the grammar allows; unconstrained sequences skip it entirely.
     """
 
     def __init__(self, params: SamplingParams, n_vocab: int, constraint: GrammarConstraint | None = None) -> None:
@@ -84,33 +177,14 @@ class TokenSampler:
         self.n_vocab = n_vocab
         self.constraint = constraint
         self.counts: Counter[int] = Counter()
+        self.rng = np.random.default_rng(params.seed)
         self._bias_ids = np.fromiter(params.logit_bias.keys(), dtype=np.int64, count=len(params.logit_bias))
         self._bias_values = np.array([-np.inf if v <= BAN else v for v in params.logit_bias.values()], dtype=np.float32)
-        self.chain = self._build_chain(params)
-
-    @staticmethod
-    def _build_chain(params: SamplingParams) -> llama_cpp.llama_sampler_p:
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        if params.greedy:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-            return chain
-        if params.top_k > 0:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
-        if params.top_p < 1.0:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(params.seed))
-        return chain
 
     @property
     def complete(self) -> bool:
         """The grammar, if any, admits no further token."""
         return self.constraint is not None and self.constraint.complete
-
-    def close(self) -> None:
-        if self.chain:
-            llama_cpp.llama_sampler_free(self.chain)
-            self.chain = None
 
     def _adjust(self, row: np.ndarray) -> None:
         if self._bias_ids.size:
@@ -122,18 +196,28 @@ class TokenSampler:
             row[ids] -= seen * p.frequency_penalty + p.presence_penalty
 
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> Draw:
-        row = logits_row(ctx, index, self.n_vocab)
+        return self.sample_row(logits_row(ctx, index, self.n_vocab))
+
+    def sample_row(self, row: np.ndarray) -> Draw:
+        """Adjust the row in place, choose a token from it and account for it."""
         self._adjust(row)
         if self.constraint is not None:
             self.constraint.restrict(row)
-        token = int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        p = self.params
+        wants_logprobs = p.top_logprobs is not None or p.score
+        scaled = None
+        if p.greedy:
+            token = int(np.argmax(row))
+        else:
+            scaled = scale(row, p.temperature)
+            u = float(self.rng.random())
+            token = draw_truncated(scaled, p.top_k, p.top_p, u) if p.truncated else draw_full(scaled, u)
         if self.constraint is not None:
             self.constraint.accept(token)
         self.counts[token] += 1
         draw = Draw(token)
-        p = self.params
-        if p.top_logprobs is not None or p.score:
-            logprobs = log_softmax(row, p.temperature or 1.0)
-            draw.logprob = float(logprobs[token])
-            draw.top = top_k(logprobs, p.top_logprobs or 0)
+        if wants_logprobs:
+            scaled = scaled or scale(row, 1.0)
+            draw.logprob = scaled.logprob(token)
+            draw.top = scaled.top(p.top_logprobs or 0)
         return draw

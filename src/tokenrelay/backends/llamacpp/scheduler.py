@@ -1,6 +1,6 @@
 """Continuous batching: one thread owns the llama.cpp context and runs steps over all active sequences.
 
-Each step gathers one token from every decoding sequence plus prompt chunks (see `planner`), decodes once,
+Each step gathers one token from every decoding sequence plus prompt tokens (see `planner`), decodes once,
 then samples each sequence with its own sampler. Jobs join and leave between steps; a job's prompt is
 evaluated once and its KV copied to the slots of its other choices.
 """
@@ -12,15 +12,14 @@ import queue
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
 from tokenrelay.backends.llamacpp.context import LlamaContext
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.planner import PrefillNeed, aligned_prefix, plan_step
-from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, log_softmax, logits_row, top_k
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, plan_step
+from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, logits_row, scale
 from tokenrelay.backends.llamacpp.slots import EngineStats, Sequence, Slot, common_prefix
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
 from tokenrelay.config import EngineSettings
@@ -37,7 +36,7 @@ class Scheduler:
         self.settings = settings
         self.context = LlamaContext(model, settings)
         self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
-        self.chunk = settings.prefill_chunk
+        self.chunk = settings.prefill_chunk  # prompt tokens per step
         self.stats = EngineStats()
         self.kernels_invariant: bool | None = None  # measured by the scheduler thread before its first step
         self._probed = threading.Event()
@@ -46,9 +45,6 @@ class Scheduler:
         self._queued = 0
         self._serial = 0
         self._lock = threading.Lock()
-        # Drawing a token from a large vocabulary takes milliseconds, mostly in llama.cpp's sampler (the GIL
-        # released), and the compute threads are idle meanwhile: the sequences of a step draw in parallel.
-        self._samplers = ThreadPoolExecutor(settings.threads, thread_name_prefix="llama-sample")
         self._thread = threading.Thread(target=self.run, name=f"llama-scheduler-{model.path.name}", daemon=True)
         self._stopping = False
 
@@ -62,7 +58,6 @@ class Scheduler:
         self._stopping = True
         self._inbox.put(None)
         self._thread.join(timeout=30)
-        self._samplers.shutdown()
         self.context.close()
 
     def submit(self, job: Job) -> None:
@@ -169,7 +164,7 @@ class Scheduler:
         if not self.context.keep_prefix(primary.seq_id, keep):
             self.context.clear(primary.seq_id)
             keep = 0
-        primary.cache, primary.chunked = primary.cache[:keep], keep
+        primary.cache = primary.cache[:keep]
         primary.job, primary.pending = job, job.prompt[keep:]
         job.cached_tokens = keep
         job.running = len(job.seqs)
@@ -177,17 +172,17 @@ class Scheduler:
             slot.job, slot.primary = job, primary
 
     def _reusable(self, slot: Slot, job: Job) -> int:
-        """Cached prompt tokens a job may reuse from a slot: whole chunks, and never the last prompt token
-        (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused."""
+        """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt (generated tokens
+        included: a token's cache cells are the same whether it was decoded or read in a prompt), never the last
+        prompt token (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused."""
         if job.prompt_logprobs is not None:
             return 0
-        shared = min(common_prefix(slot.cache, job.prompt), slot.chunked, len(job.prompt) - 1)
-        return aligned_prefix(shared, self.chunk)
+        return min(common_prefix(slot.cache, job.prompt), len(job.prompt) - 1)
 
     def _step(self) -> None:
         step_started = time.perf_counter()
         decoding = [s.seq_id for s in self.slots if s.seq is not None]
-        prefilling = [PrefillNeed(s.seq_id, len(s.cache), len(s.pending)) for s in self._prefill_order()]
+        prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order()]
         plan = plan_step(decoding, prefilling, self.chunk)
         self.stats.steps += 1
         if not self._pass(plan.decode, plan.prefill):
@@ -200,11 +195,17 @@ class Scheduler:
         batch = self.context.batch
         batch.clear()
         rows: dict[int, int] = {}
-        for seq_id in decode:
+        chunks: list[tuple[Slot, int, int]] = []
+        takes = dict(prefill)
+        # In sequence id order: llama.cpp computes a run of consecutive sequence ids in one pass, and starts a
+        # new pass (another read of the weights) wherever the next token's id does not follow.
+        for seq_id in sorted([*decode, *takes]):
             slot = self.slots[seq_id]
-            rows[seq_id] = batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)
-            slot.cache.append(slot.seq.next_token)
-        chunks = [self._add_prompt_chunk(self.slots[seq_id], take) for seq_id, take in prefill]
+            if seq_id in takes:
+                chunks.append(self._add_prompt_chunk(slot, takes[seq_id]))
+            else:
+                rows[seq_id] = batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)
+                slot.cache.append(slot.seq.next_token)
         if batch.size == 0:
             return True
         decode_started = time.perf_counter()
@@ -212,10 +213,8 @@ class Scheduler:
             self._fail_batch()
             return False
         self.stats.decode_seconds += time.perf_counter() - decode_started
-        slots = [self.slots[seq_id] for seq_id in rows]
-        draws = self._samplers.map(self._draw, slots, rows.values())
-        for slot, draw in zip(slots, draws, strict=True):
-            self._take(slot, draw)
+        for seq_id, row in rows.items():
+            self._sample(self.slots[seq_id], row)
         for slot, first_row, start in chunks:
             self._after_prefill_chunk(slot, first_row, start)
         return True
@@ -236,8 +235,6 @@ class Scheduler:
             last = not slot.pending and i == len(tokens) - 1
             batch.add(token, start + i, slot.seq_id, all_logits or last)
         slot.cache.extend(tokens)
-        if len(slot.cache) % self.chunk == 0:
-            slot.chunked = len(slot.cache)
         self.stats.prompt_tokens_evaluated += len(tokens)
         return slot, first_row, start
 
@@ -266,9 +263,9 @@ class Scheduler:
             if pos + 1 >= len(job.prompt):
                 continue
             row = logits_row(self.context.ptr, first_row + offset, n_vocab)
-            logprobs = log_softmax(row)
+            scaled = scale(row, 1.0)
             token = job.prompt[pos + 1]
-            job.scored.append(self._entry(token, float(logprobs[token]), top_k(logprobs, job.prompt_logprobs)))
+            job.scored.append(self._entry(token, scaled.logprob(token), scaled.top(job.prompt_logprobs)))
 
     def _start_sequences(self, primary: Slot, row: int) -> None:
         job = primary.job
@@ -279,7 +276,7 @@ class Scheduler:
         for plan, slot in zip(job.seqs, [primary, *secondaries], strict=True):
             if slot is not primary:
                 self.context.copy(primary.seq_id, slot.seq_id)
-                slot.cache, slot.chunked = list(primary.cache), primary.chunked
+                slot.cache = list(primary.cache)
                 logits_row(self.context.ptr, row, self.model.n_vocab)[:] = shared
             slot.job, slot.primary, slot.pending = None, None, []
             slot.seq = Sequence(
@@ -294,10 +291,7 @@ class Scheduler:
                 self._sample(slot, row)
 
     def _sample(self, slot: Slot, row: int) -> None:
-        self._take(slot, self._draw(slot, row))
-
-    def _draw(self, slot: Slot, row: int) -> Draw:
-        return slot.seq.sampler.sample(self.context.ptr, row)
+        self._take(slot, slot.seq.sampler.sample(self.context.ptr, row))
 
     def _take(self, slot: Slot, draw: Draw) -> None:
         seq = slot.seq
@@ -345,8 +339,6 @@ class Scheduler:
             self._sink(job, JobDone(len(job.prompt), job.completion_tokens, job.cached_tokens))
 
     def _release(self, slot: Slot) -> None:
-        if slot.seq is not None:
-            slot.seq.sampler.close()
         slot.seq, slot.job, slot.primary, slot.pending = None, None, None, []
 
     def _fail_batch(self) -> None:
@@ -357,7 +349,7 @@ class Scheduler:
             if job is None:
                 continue
             self.context.clear(slot.seq_id)
-            slot.cache, slot.chunked = [], 0
+            slot.cache = []
             self._release(slot)
             failed[id(job)] = job
         for job in failed.values():

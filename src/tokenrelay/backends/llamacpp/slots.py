@@ -26,7 +26,6 @@ class Slot:
 
     seq_id: int
     cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
-    chunked: int = 0  # leading cache positions evaluated as whole prompt chunks (reusable exactly)
     seq: Sequence | None = None  # decoding
     job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate

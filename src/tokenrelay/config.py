@@ -32,6 +32,11 @@ class EngineSettings(BaseModel):
     embedding_batch: int = Field(
         default=64, ge=1, le=256, description="inputs embedded together in one decode (up to ctx_per_slot tokens)"
     )
+    embedding_decode_tokens: int = Field(
+        default=256,
+        ge=16,
+        description="tokens per embedding decode of a model pooled here (a longer input is embedded alone, in pieces)",
+    )
     batch_invariant: bool = Field(
         default=True,
         description="one matrix kernel for every batch shape (process-wide: the first model loaded decides)",

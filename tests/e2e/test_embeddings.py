@@ -31,6 +31,9 @@ MODEL = "gemma-3-270m"
 TEXTS = ["The cat sat on the mat.", "Paris is the capital of France.", "hello", "Embeddings map text to vectors."]
 ADMIN = "test-admin-key"
 ENGINE = {"slots": 2, "ctx_per_slot": 256, "threads": 1}
+# The default engine's context and threads, but a 1024-token input in one decode rather than in 256-token pieces.
+WHOLE_DECODES = {"slots": 1, "ctx_per_slot": 1024, "threads": 2, "embedding_decode_tokens": 1024}
+LONG_TEXT = "The archive holds letters, maps and ledgers from the old harbour office. " * 40  # ~600 tokens
 
 
 def vectors(client: OpenAI, texts: Any, model: str = MODEL, **options: Any) -> list[np.ndarray]:
@@ -175,6 +178,7 @@ def gateway(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             "models": [
                 {"id": "no-embeddings", "path": str(gguf), "engine": ENGINE, "embeddings": False},
                 {"id": "truncatable", "path": str(gguf), "engine": ENGINE, "embeddings_truncatable": True},
+                {"id": "whole-decodes", "path": str(gguf), "engine": WHOLE_DECODES},
                 {"id": "via-tokenrelay", "upstreams": [{"url": f"{server.base_url}/v1", "name": "tr", "model": MODEL}]},
                 {"id": "via-llama", "upstreams": [{"url": f"{node.base_url}/v1", "name": "ll", "model": "gemma-node"}]},
             ],
@@ -195,6 +199,12 @@ def gateway(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_a_model_with_embeddings_off_is_a_400_naming_model(gateway: Gateway) -> None:
     body = bad_request(lambda: gateway.client().embeddings.create(model="no-embeddings", input="x"))
     assert body["param"] == "model"
+
+
+def test_a_long_input_embedded_in_pieces_equals_the_same_input_in_one_decode(gateway: Gateway, client: OpenAI) -> None:
+    in_pieces = vectors(client, LONG_TEXT)[0]  # the default engine: 256 tokens per decode
+    assert same(vectors(client, [TEXTS[0], LONG_TEXT, TEXTS[1]])[1], in_pieces)
+    assert same(vectors(gateway.client(), LONG_TEXT, model="whole-decodes")[0], in_pieces)
 
 
 def test_dimensions_truncates_and_renormalises_on_a_truncatable_model(gateway: Gateway) -> None:

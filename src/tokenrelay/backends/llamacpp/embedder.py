@@ -110,8 +110,8 @@ class Embedder:
             if head.future.done():  # its request went away
                 self._waiting.popleft()
                 continue
-            if tokens + len(head.tokens) > self.context.capacity:
-                break
+            if batch and tokens + len(head.tokens) > self.context.capacity:
+                break  # (an input longer than a decode's capacity goes alone: the context embeds it in pieces)
             batch.append(self._waiting.popleft())
             tokens += len(head.tokens)
         return batch

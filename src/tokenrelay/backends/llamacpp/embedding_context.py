@@ -9,12 +9,18 @@ from tokenrelay.backends.base import Vector
 from tokenrelay.backends.llamacpp.context import KV_TYPES, Batch
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.native_thread import native_thread
-from tokenrelay.backends.llamacpp.pooling import Pooling, declared_pooling, l2_normalised, mean_pool
+from tokenrelay.backends.llamacpp.pooling import (
+    Pooling,
+    declared_pooling,
+    is_encoder_only,
+    l2_normalised,
+    mean_pool,
+)
 from tokenrelay.config import EngineSettings
 
-
 class EmbeddingContext:
-    """`capacity` tokens and `sequences` inputs at most per decode; an input may be `max_tokens` long.
+    """`capacity` tokens and `sequences` inputs at most per decode; an input may be `max_tokens` long (one longer
+    than `capacity` is embedded alone, in pieces: see `embed`).
 
     The KV cache is one buffer for every sequence, cleared after each decode: a batch of inputs is laid into it
     from the first cell, each input's cells in position order, so a token's attention runs over the same
@@ -31,14 +37,19 @@ class EmbeddingContext:
         # the whole batch, whose sums would depend on where the input sat in it.
         pooling = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED if self.declared == Pooling.NONE else int(self.declared)
         self.max_tokens = min(settings.ctx_per_slot, model.n_ctx_train)
-        self.capacity = self.max_tokens
+        # Where tokenrelay pools (a decoder model), llama.cpp computes and copies out every token's logits beside its
+        # embedding (a megabyte a token with Gemma's 262,144-token vocabulary): decodes are kept small, as bigger ones
+        # embed no faster. A model pooled by llama.cpp, or an encoder (its attention looks ahead), needs each input
+        # whole in one decode.
+        in_pieces = self.declared == Pooling.NONE and not is_encoder_only(model)
+        self.capacity = min(self.max_tokens, settings.embedding_decode_tokens) if in_pieces else self.max_tokens
         self.sequences = settings.embedding_batch
         params = llama_cpp.llama_context_default_params()
         params.embeddings = True
         params.pooling_type = pooling
-        params.n_ctx = self.capacity
+        params.n_ctx = self.max_tokens
         params.n_seq_max = self.sequences
-        # One ubatch holds the whole batch: encoder models need it, and llama.cpp then never re-cuts a batch.
+        # One ubatch holds the whole decode: encoder models need it, and llama.cpp then never re-cuts a batch.
         params.n_batch = params.n_ubatch = self.capacity
         params.n_threads = params.n_threads_batch = settings.threads
         params.kv_unified = True
@@ -61,8 +72,10 @@ class EmbeddingContext:
             self.ptr = None
 
     def embed(self, inputs: list[list[int]]) -> list[Vector]:
-        """One decode over `inputs` (at most `sequences` of them, `capacity` tokens in all): their normalised
-        vectors, in order."""
+        """One decode over `inputs` (at most `sequences` of them, `capacity` tokens in all), or one input longer
+        than `capacity` alone: their normalised vectors, in order."""
+        if len(inputs) == 1 and len(inputs[0]) > self.capacity:
+            return [self._embed_in_pieces(inputs[0])]
         batch = self.batch
         batch.clear()
         spans = []
@@ -71,9 +84,7 @@ class EmbeddingContext:
             for pos, token in enumerate(tokens):
                 batch.add(token, pos, seq_id, True)
         try:
-            status = native_thread().run(llama_cpp.llama_decode, self.ptr, batch.raw)
-            if status != 0:
-                raise RuntimeError(f"llama_decode failed ({status})")
+            self._decode()
             if self.pooling == Pooling.NONE:
                 rows = self._token_rows(batch.size)
                 return [l2_normalised(mean_pool(rows[start : start + n])) for start, n in spans]
@@ -81,6 +92,28 @@ class EmbeddingContext:
         finally:
             if self.memory:
                 llama_cpp.llama_memory_clear(self.memory, True)
+
+    def _embed_in_pieces(self, tokens: list[int]) -> Vector:
+        """A long input of a model pooled here, `capacity` tokens per decode with the cache kept in between: a
+        token's row does not depend on where its input was cut (the kernels are batch-invariant)."""
+        rows = []
+        try:
+            for start in range(0, len(tokens), self.capacity):
+                piece = tokens[start : start + self.capacity]
+                self.batch.clear()
+                for offset, token in enumerate(piece):
+                    self.batch.add(token, start + offset, 0, True)
+                self._decode()
+                rows.append(self._token_rows(len(piece)))
+            return l2_normalised(mean_pool(np.concatenate(rows)))
+        finally:
+            if self.memory:
+                llama_cpp.llama_memory_clear(self.memory, True)
+
+    def _decode(self) -> None:
+        status = native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed ({status})")
 
     def _token_rows(self, n_tokens: int) -> Vector:
         pointer = llama_cpp.llama_get_embeddings(self.ptr)  # every token's row, in batch order

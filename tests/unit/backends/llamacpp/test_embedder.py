@@ -73,6 +73,16 @@ async def test_concurrent_requests_share_decodes_within_the_limits() -> None:
     assert context.closed
 
 
+async def test_an_input_longer_than_a_decode_goes_alone() -> None:
+    context = FakeContext(sequences=4, capacity=6, max_tokens=20)
+    context.release.set()
+    embedder = await started(context)
+    answer = await embedder.embed(request(["ab", "x" * 15, "cd", "ef"]))
+    assert [[len(tokens) for tokens in decode] for decode in context.decodes] == [[2], [15], [2, 2]]
+    assert [v.tolist()[0] for v in answer.vectors] == [2.0, 15.0, 2.0, 2.0]
+    await embedder.close()
+
+
 async def test_a_cancelled_requests_inputs_are_skipped() -> None:
     context = FakeContext()
     embedder = await started(context)

@@ -26,7 +26,7 @@ class EngineSettings(BaseModel):
     slots: int = Field(default=16, ge=1, le=256, description="sequences decoded together in one context")
     ctx_per_slot: int = Field(default=1024, ge=64, description="KV cells available to each sequence")
     prefill_chunk: int = Field(
-        default=512, ge=8, le=4096, description="prompt tokens evaluated per step, at most (beside the decoding streams)"
+        default=512, ge=8, le=4096, description="prompt tokens evaluated per step at most (beside the decoding streams)"
     )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
     embedding_batch: int = Field(

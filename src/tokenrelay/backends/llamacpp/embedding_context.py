@@ -18,6 +18,7 @@ from tokenrelay.backends.llamacpp.pooling import (
 )
 from tokenrelay.config import EngineSettings
 
+
 class EmbeddingContext:
     """`capacity` tokens and `sequences` inputs at most per decode; an input may be `max_tokens` long (one longer
     than `capacity` is embedded alone, in pieces: see `embed`).

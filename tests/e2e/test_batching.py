@@ -79,20 +79,18 @@ def test_long_prompt_prefill_does_not_stall_a_running_stream(small_server: Serve
     }
     thread = stream_in_background(small_server, body, times, started)
     assert started.wait(120)
-    long_prompt = "The history of the river valley is long and full of detail. " * 60  # ~ 720 tokens, 23 chunks of 32
-    before = status(small_server)["steps"]
-    sent = time.monotonic()
+    long_prompt = "The history of the river valley is long and full of detail. " * 60  # ~ 720 tokens, 23 steps of 32
+    before = status(small_server)
     with small_server.http() as http:
         reply = http.post("/v1/completions", json={"model": MODEL, "prompt": long_prompt, "max_tokens": 1})
-    done = time.monotonic()
+    after = status(small_server)
     assert reply.status_code == 200, reply.text
-    prefill_steps = status(small_server)["steps"] - before
-    during = [t for t in times if sent <= t <= done]
-    # The running stream got a token in (nearly) every step the long prompt needed; a stalled one would get one or
-    # two. The window is timed by two client threads, so tokens at its edges can fall outside it when the 2-core
-    # machine is busy (a full run once saw 26 of 30): four in five must be inside.
-    assert prefill_steps >= 20
-    assert len(during) >= 0.8 * prefill_steps, (len(during), prefill_steps)
+    steps = after["steps"] - before["steps"]
+    generated = after["tokens_generated"] - before["tokens_generated"]
+    # The running stream got a token in every step the long prompt needed (the long request's own token aside; each
+    # status read may fall inside a step, hence the 2): a stalled stream would get one or two in all.
+    assert steps >= 20
+    assert generated >= steps - 2, (generated, steps)
     thread.join(300)
     assert json.dumps(reply.json()["usage"])
 

@@ -96,7 +96,7 @@ class DeltaFields:
     fields: dict[str, Any]
 
 
-@dataclass(slots=True)  # made per request: a frozen dataclass's __init__ costs 2.5x (object.__setattr__)
+@dataclass(slots=True)  # not frozen: made per request, and a frozen dataclass's __init__ is dearer
 class Served:
     """Who answered: yielded once, just before the first content event, by backends that choose among members."""
 

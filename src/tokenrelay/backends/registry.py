@@ -33,6 +33,3 @@ class Registry:
 
     def all(self) -> list[Backend]:
         return list(self._backends.values())
-
-    def ids(self) -> list[str]:
-        return list(self._backends)

@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = (0.5, 1, 2, 5)
 # A batch the inline writer finds locked out is tried again this often, for this long, before it goes through
-# the engine. The lock is mostly another worker's inline transaction (a few ms at most); sending the batch
-# through the engine at once made things worse: under load that transaction holds the lock for hundreds of
-# ms (each statement waits for its turn on the loop), which locks the other workers out in turn.
+# the engine. The lock is mostly another worker's short inline transaction; a batch sent through the engine
+# holds the lock much longer under load (each statement waits for its turn on the loop), locking the other
+# workers out in turn.
 LOCKED_RETRY_SECONDS = 0.002
 LOCKED_PATIENCE_SECONDS = 0.25
 

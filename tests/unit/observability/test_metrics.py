@@ -114,44 +114,6 @@ def test_each_app_has_its_own_registry() -> None:
     assert second.registry.get_sample_value("tokenrelay_requests_total", labels) is None
 
 
-def _histogram_samples(histogram: Any) -> dict[tuple[str, str], float]:
-    return {(s.name, s.labels.get("le", "")): s.value for m in histogram.collect() for s in m.samples}
-
-
-def test_observe_all_counts_like_one_observe_per_value() -> None:
-    from prometheus_client import CollectorRegistry, Histogram
-
-    from tokenrelay.observability.metrics.requests import GAP_BUCKETS, observe_all
-
-    # Values on the bounds themselves, between them, below the first and past the last.
-    values = [0.0, 0.005, 0.0051, 0.01, 0.02, 0.03, 0.03, 0.2, 0.99, 1.0, 2.5, 7.0, 0.001, 0.075]
-    one_by_one = Histogram("gaps", "h", buckets=GAP_BUCKETS, registry=CollectorRegistry())
-    for value in values:
-        one_by_one.observe(value)
-    together = Histogram("gaps", "h", buckets=GAP_BUCKETS, registry=CollectorRegistry())
-    observe_all(together, values)
-    expected = _histogram_samples(one_by_one)
-    got = _histogram_samples(together)
-    assert got.pop(("gaps_created", "")) and expected.pop(("gaps_created", ""))
-    assert got == expected
-    assert expected[("gaps_count", "")] == len(values)
-
-
-def test_observe_all_falls_back_to_observe_without_the_histogram_fields() -> None:
-    from tokenrelay.observability.metrics.requests import observe_all
-
-    class Plain:
-        def __init__(self) -> None:
-            self.seen: list[float] = []
-
-        def observe(self, value: float) -> None:
-            self.seen.append(value)
-
-    plain = Plain()
-    observe_all(plain, [0.1, 0.2])
-    assert plain.seen == [0.1, 0.2]
-
-
 def test_inside_a_loop_figures_are_applied_by_a_timer_or_a_scrape() -> None:
     labels = {"model": "m", "endpoint": "chat.completions", "status": "200", "key": "team-a"}
     timed = {"model": "m", "endpoint": "chat.completions"}

@@ -41,6 +41,11 @@ class Embedder:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def waiting(self) -> int:
+        """Inputs queued for a decode (those of a request that went away included, until they are skipped)."""
+        return len(self._waiting)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"embeddings {self.model.path.name}")
 

@@ -38,9 +38,8 @@ def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None
 # `vec_dot` kernels below that. The two sum in different orders, so a sequence's logits changed with the
 # number of rows its step held: the cause of greedy outputs differing under load. Its master switch
 # GGML_CPU_TILED_MM=0 keeps the row-by-row kernels at every row count (GGML_CPU_TILED_MM_FORCE=1 would take the
-# tiled one at every count instead: invariant too, but about a quarter slower for a lone stream and only a few
-# percent faster for sixteen; docs/benchmarks.md). llama.cpp reads both once, at its first multiplication, so
-# the choice is the process's: the first model loaded makes it.
+# tiled one at every count instead: invariant too, but slower for a lone stream; docs/benchmarks.md). llama.cpp
+# reads both once, at its first multiplication, so the choice is the process's: the first model loaded makes it.
 TILED_KERNEL_SWITCH = "GGML_CPU_TILED_MM"
 TILED_KERNEL_FORCE = "GGML_CPU_TILED_MM_FORCE"
 

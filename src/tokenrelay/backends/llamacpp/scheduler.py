@@ -158,8 +158,10 @@ class Scheduler:
             self._place(job, free)
 
     def _place(self, job: Job, free: list[Slot]) -> None:
-        free.sort(key=lambda s: self._reusable(s, job), reverse=True)
-        primary, others = free[0], free[1 : len(job.seqs)]
+        primary = self._slot_for(job, free)
+        others = [slot for slot in sorted(free, key=lambda s: s.last_job) if slot is not primary][: len(job.seqs) - 1]
+        for slot in (primary, *others):
+            slot.last_job = job.serial
         keep = self._reusable(primary, job)
         if not self.context.keep_prefix(primary.seq_id, keep):
             self.context.clear(primary.seq_id)
@@ -170,6 +172,14 @@ class Scheduler:
         job.running = len(job.seqs)
         for slot in others:
             slot.job, slot.primary = job, primary
+
+    def _slot_for(self, job: Job, free: list[Slot]) -> Slot:
+        """The free slot holding the longest prefix of the prompt, if it holds at least half of it; else the slot
+        idle the longest, so that a prompt sharing little with any cache does not evict a long one for it."""
+        best = max(free, key=lambda s: self._reusable(s, job))
+        if 2 * self._reusable(best, job) >= len(job.prompt):
+            return best
+        return min(free, key=lambda s: s.last_job)
 
     def _reusable(self, slot: Slot, job: Job) -> int:
         """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt (generated tokens

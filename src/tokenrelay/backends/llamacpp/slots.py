@@ -30,6 +30,7 @@ class Slot:
     job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
     primary: Slot | None = None  # for a secondary: the slot whose prefill it will copy
+    last_job: int = 0  # the serial of the last job placed here (0: never used)
 
     @property
     def free(self) -> bool:

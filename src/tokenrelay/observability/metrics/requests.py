@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
-from bisect import bisect_left
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -26,27 +24,6 @@ def model_label(call: Call) -> str:
     # Only served model ids become label values: a client naming a thousand unknown models must not
     # create a thousand time series. `backend` is set once the id resolved to a backend.
     return call.model if call.backend else ""
-
-
-def observe_all(histogram: Any, values: list[float]) -> None:
-    """`histogram.observe(v)` for each value, as one update per bucket touched.
-
-    A stream's inter-token gaps are a dozen or more values per request, and each `observe` takes two locks
-    and walks the bucket bounds in Python: a tenth of the metrics' cost of a streamed relay. Here the values
-    are counted per bucket first (`bisect`, in C) and each touched bucket, and the sum, is incremented once.
-    This reads prometheus_client's histogram fields (`_upper_bounds`, `_buckets`, `_sum`), which it does
-    not document; where they are missing the values are observed one by one (and a test compares the two).
-    """
-    bounds = getattr(histogram, "_upper_bounds", None)
-    buckets = getattr(histogram, "_buckets", None)
-    total = getattr(histogram, "_sum", None)
-    if bounds is None or buckets is None or total is None:
-        for value in values:
-            histogram.observe(value)
-        return
-    for index, count in collections.Counter(bisect_left(bounds, value) for value in values).items():
-        buckets[index].inc(count)
-    total.inc(sum(values))
 
 
 FLUSH_SECONDS = 0.1
@@ -150,11 +127,12 @@ class RequestMetrics:
         for child, amount in counts.items():
             child.inc(amount)
         for child, observed in values.items():
-            observe_all(child, observed)
+            for value in observed:
+                child.observe(value)
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        # `labels()` validates and looks up its arguments on every call (a few percent of a relayed
-        # request's CPU in a profile); the children are kept here by their label values instead. Label
+        # `labels()` validates and looks up its arguments on every call; the children are kept here by their
+        # label values instead. Label
         # values are bounded already (served model ids, key names), and series are never removed.
         index = (id(metric), *labels)
         child = self._children.get(index)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,12 @@ class FakeContext:
     def __init__(self, sequences: int = 4, capacity: int = 12, max_tokens: int = 8) -> None:
         self.sequences, self.capacity, self.max_tokens = sequences, capacity, max_tokens
         self.decodes: list[list[list[int]]] = []
+        self.entered = threading.Event()  # a decode is under way
         self.release = threading.Event()
         self.closed = False
 
     def embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
+        self.entered.set()
         self.release.wait(5)
         self.decodes.append(inputs)
         return [np.asarray([len(tokens), sum(tokens)], dtype=np.float32) for tokens in inputs]
@@ -50,6 +53,13 @@ def request(value: Any) -> EmbeddingRequest:
     return EmbeddingRequest.model_validate_json(json.dumps({"model": "m", "input": value}), strict=True)
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Yield to the loop (and the embedder's threads) until `condition` holds."""
+    async with asyncio.timeout(10):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
 async def started(context: FakeContext) -> Embedder:
     embedder = Embedder(FakeModel(), context)  # type: ignore[arg-type]
     embedder.start()
@@ -60,9 +70,9 @@ async def test_concurrent_requests_share_decodes_within_the_limits() -> None:
     context = FakeContext(sequences=4, capacity=12)
     embedder = await started(context)
     first = asyncio.create_task(embedder.embed(request("ab")))
-    await asyncio.sleep(0.05)  # the first decode is under way, holding only the first request's input
+    await until(context.entered.is_set)  # the first decode is under way, holding only the first request's input
     others = [asyncio.create_task(embedder.embed(request(["abc", "de", "fgh"]))) for _ in range(2)]
-    await asyncio.sleep(0.05)
+    await until(lambda: embedder.waiting == 6)
     context.release.set()
     results = await asyncio.gather(first, *others)
     assert [len(decode) for decode in context.decodes] == [1, 4, 2]  # at most 4 inputs, 12 tokens a decode
@@ -87,12 +97,12 @@ async def test_a_cancelled_requests_inputs_are_skipped() -> None:
     context = FakeContext()
     embedder = await started(context)
     busy = asyncio.create_task(embedder.embed(request("a")))
-    await asyncio.sleep(0.05)
+    await until(context.entered.is_set)
     gone = asyncio.create_task(embedder.embed(request(["bb", "cc"])))
-    await asyncio.sleep(0.05)
+    await until(lambda: embedder.waiting == 2)
     gone.cancel()
     kept = asyncio.create_task(embedder.embed(request("dd")))
-    await asyncio.sleep(0.05)
+    await until(lambda: embedder.waiting == 3)
     context.release.set()
     await asyncio.gather(busy, kept)
     assert context.decodes == [[[ord("a") % 100]], [[0, 0]]]  # "dd": 100 % 100 twice

@@ -50,7 +50,6 @@ class Call:
     ended: float | None = None
     token_gaps: list[float] = field(default_factory=list)
     _last_token: float | None = None
-    reported: bool = False
     principal: Principal | None = None  # who called (set by authentication)
     reservation: Reservation | None = None  # what admission reserved against the key's limits
     tokens_seen: int = 0  # generated tokens observed in the events, for calls that end without a usage report

@@ -2,14 +2,14 @@
 
 The endpoints parse, translate (for admission: the key's limits and budget see the same request as chat) and
 admit as they always do; then, for a model whose nodes all serve the API themselves, the node's bytes go back
-as they came: a stream through the same `EventStream` (disconnects cancel the exchange, the call is reported
-once it ends), a whole body through `ReportedResponse`. The call record sees `Served`, `Raw` and the `Usage`
-the relay read from the answer, so ledger rows, metrics and the request log are those of any other call.
+as they came: a stream through the same `EventStream` (disconnects cancel the exchange), a whole body as it
+came; the call ends once the response does, as every call does (`openai.serving.run_call`). The call record
+sees `Served`, `Raw` and the `Usage` the relay read from the answer, so ledger rows, metrics and the request
+log are those of any other call.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -23,7 +23,7 @@ from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, Overloaded
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.render import Chunk
-from tokenrelay.openai.serving import ReportedResponse, streamed
+from tokenrelay.openai.serving import JSONBody, streamed
 from tokenrelay.openai.sse import RawFraming
 
 # Remembers what a node keeps: (the object's id, the node's name).
@@ -49,12 +49,11 @@ async def relayed_response(
     if not isinstance(backend, RoutedBackend):  # the model's nodes went while it was admitted
         raise Overloaded("No upstream node is available for this model right now; retry later.")
     events = observed(backend.relay(native, call.request_id), call)
-    report = functools.partial(services.end_call, call)
     if native.stream:
-        return await streamed(raw_pieces(events, keep), report, RawFraming(error_body))
+        return await streamed(raw_pieces(events, keep), RawFraming(error_body))
     with cancel_on_disconnect(request.receive):
         content = b"".join([piece async for pieces in raw_pieces(events, keep) for piece in pieces])
-    return ReportedResponse(content, report=report)
+    return JSONBody(content)
 
 
 async def raw_pieces(batches: AsyncIterator[Events], keep: Keep | None = None) -> AsyncIterator[list[bytes]]:

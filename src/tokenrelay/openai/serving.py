@@ -7,7 +7,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -50,22 +49,46 @@ CallWork = Callable[[Request, Call, Any], Awaitable[Response]]
 
 
 async def run_call(request: Request, endpoint_name: str, work: CallWork) -> Response:
-    """Open the call's record, run `work` (given the request, the call and the services) and answer; a call
-    that fails before its response exists is reported here, one whose response exists by that response."""
+    """Open the call's record, run `work` (given the request, the call and the services) and answer. The call ends,
+    and is reported, exactly once: here if it fails before its response exists, else once its response is over
+    (`Ending`), however that ends (sent, client gone, shutdown)."""
     services = request.app.state.services
     call = Call(request_id=request_id_of(request.scope), endpoint=endpoint_name, model="")
     current_call.set(call)
     services.begin_call(call, request)
+    end = functools.partial(services.end_call, call)
     try:
-        return await work(request, call, services)
+        response = await work(request, call, services)
     except ClientGone as exc:
         record_failure(call, exc)
-        services.end_call(call)
-        return Response(status_code=499)  # nobody is listening; this only ends the ASGI exchange cleanly
+        response = Response(status_code=499)  # nobody is listening; this only ends the ASGI exchange cleanly
     except BaseException as exc:
         record_failure(call, exc)
-        services.end_call(call)
+        end()
         raise
+    return Ending(response, end)
+
+
+class Ending(Response):
+    """A call's response, which ends the call once it has been sent or sending failed."""
+
+    def __init__(self, response: Response, end: Callable[[], None]) -> None:
+        self.response = response
+        self.end = end
+        self.status_code = response.status_code
+        self.background = None
+
+    @property  # type: ignore[override]
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        return self.response.raw_headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.end()
+            if self.background is not None:  # what FastAPI hands a route's response (never used by calls)
+                await self.background()
 
 
 async def _generate(endpoint: Endpoint, request: Request, call: Call, services: Any) -> Response:
@@ -82,45 +105,23 @@ async def _generate(endpoint: Endpoint, request: Request, call: Call, services: 
         include_usage=body.include_usage,
         **endpoint.meta_extra(body),
     )
-    # A call is reported once its response is over, so its log line, metrics and ledger row follow the
-    # answer's last bytes rather than hold them up.
     events = observed(endpoint.events(backend, body, call.request_id), call)
-    report = functools.partial(services.end_call, call)
     if body.stream:
-        return await streamed(endpoint.chunks(body, meta, events), report)
+        return await streamed(endpoint.chunks(body, meta, events))
     with cancel_on_disconnect(request.receive):
         collected = await collect(events)
-    return ReportedResponse(endpoint.body(body, meta, collected), report=report)
+    return JSONBody(endpoint.body(body, meta, collected))
 
 
-async def streamed(
-    chunks: AsyncIterator[list[Piece]], report: Callable[[], None], framing: Framing[Piece] = OPENAI
-) -> Response:
-    """The stream's response once its first chunks are in; `report` is called once the response is over.
-    Errors raised before the first chunks (validation inside the backend, a full queue) keep their HTTP
-    status, and are the caller's to report; later ones become an SSE error event followed by [DONE]."""
+async def streamed(chunks: AsyncIterator[list[Piece]], framing: Framing[Piece] = OPENAI) -> Response:
+    """The stream's response once its first chunks are in. Errors raised before the first chunks (validation inside
+    the backend, a full queue) keep their HTTP status; later ones become an SSE error event followed by [DONE]."""
     first = await anext(chunks, None)
-    return EventStream(first, chunks, report, framing)
+    return EventStream(first, chunks, framing)
 
 
-class ReportedResponse(JSONResponse):
-    """A JSON answer (encoded with orjson; bytes are a node's JSON body, sent as they are) that reports its call
-    once sent, or once sending failed."""
-
-    def __init__(self, content: Any, report: Callable[[], None]) -> None:
-        super().__init__(content, background=BackgroundTask(self._reported))
-        self.report = report
-
-    async def _reported(self) -> None:
-        # A coroutine, so Starlette runs it on the loop: a plain function would go to its thread pool.
-        self.report()
+class JSONBody(JSONResponse):
+    """A JSON answer, encoded with orjson; bytes are a node's JSON body, sent as they are."""
 
     def render(self, content: Any) -> bytes:
         return content if isinstance(content, bytes) else dumps(content)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        except BaseException:
-            self.report()  # a failed send or a cancellation skips the background task
-            raise

@@ -119,7 +119,7 @@ async def stream_body(
 
 class EventStream(StreamingResponse):
     """An SSE response of a generation's chunks that stops, cancelling the generation behind it, when the
-    client disconnects; `report` is called once the response is over, however it ended.
+    client disconnects.
 
     Starlette's own `__call__` watches for the disconnect (on uvicorn's ASGI spec 2.3) with an anyio task
     group per response, far dearer on the hot path than the one listener task of `cancel_on_disconnect`,
@@ -129,12 +129,10 @@ class EventStream(StreamingResponse):
         self,
         first: list[Any] | None,
         rest: AsyncIterator[list[Any]],
-        report: Callable[[], None],
         framing: Framing[Any] = OPENAI,
     ) -> None:
         self.body_stream = stream_body(first, rest, framing)
         self.chunks = rest
-        self.report = report
         self.end = framing.end()
         super().__init__(self.body_stream, media_type="text/event-stream", headers=HEADERS)
 
@@ -156,4 +154,3 @@ class EventStream(StreamingResponse):
             # Close the generation (nothing to do if it ran to its end), so the call has all it will get.
             await self.body_stream.aclose()
             await aclose_quietly(self.chunks)  # a body closed before it started never reached them
-            self.report()

@@ -156,10 +156,7 @@ class Services:
         return self.registry.get(model_id)
 
     def end_call(self, call: Call) -> None:
-        """Report a finished call (once, however often it is called) to the log, metrics and ledger."""
-        if call.reported:
-            return
-        call.reported = True
+        """Report a finished call to the log, metrics and ledger (`openai.serving.run_call` ends each call once)."""
         self.finished.add(call)
 
     def _log_call(self, call: Call) -> None:

@@ -37,7 +37,7 @@ async def test_the_calls_of_a_turn_are_reported_in_the_next_turn_observer_by_obs
 
 @on_both_loops
 async def test_a_write_held_before_a_call_is_reported_goes_out_before_its_observers_run() -> None:
-    """What lets a response report its call after its last write (`ReportedResponse`, `EventStream`): the held
+    """What lets a call be reported after its response's last write (`openai.serving.Ending`): the held
     write's flush (`turnwrites`) was queued first, so the bytes leave before the log line, metrics and ledger
     row are made."""
     order: list[str] = []

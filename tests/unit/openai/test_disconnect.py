@@ -14,7 +14,7 @@ from tokenrelay.calls.record import ClientGone
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.render import ResponseMeta
-from tokenrelay.openai.serving import streamed
+from tokenrelay.openai.serving import Ending, streamed
 
 pytestmark = ON_BOTH_LOOPS
 
@@ -120,8 +120,8 @@ async def test_a_client_leaving_mid_stream_cancels_the_generation_and_reports_on
         if message["type"] == "http.response.body":
             asyncio.get_running_loop().call_later(0.01, peer.leave)
 
-    response = await streamed(
-        ChatChunker(META, want_logprobs=False).chunks(engine()), lambda: reports.append(outcome[:])
+    response = Ending(
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine())), lambda: reports.append(outcome[:])
     )
     await asyncio.wait_for(response(SCOPE, peer.receive, send), 1)
     assert outcome == ["cancelled"] and reports == [["cancelled"]]
@@ -144,8 +144,8 @@ async def test_a_client_leaving_while_a_write_waits_closes_the_generation_before
             peer.leave()
             await asyncio.sleep(10)  # a client that reads nothing: the server's write waits
 
-    response = await streamed(
-        ChatChunker(META, want_logprobs=False).chunks(engine()), lambda: reports.append(closed[:])
+    response = Ending(
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine())), lambda: reports.append(closed[:])
     )
     await asyncio.wait_for(response(SCOPE, peer.receive, stuck), 1)
     assert reports == [["closed"]]

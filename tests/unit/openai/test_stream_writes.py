@@ -21,7 +21,7 @@ from upstream_fakes import (
 from tokenrelay.backends.base import Events, Finish, TextDelta
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.render import ResponseMeta
-from tokenrelay.openai.serving import streamed
+from tokenrelay.openai.serving import Ending, streamed
 
 pytestmark = ON_ASYNCIO
 nodes = nodes_fixture()
@@ -34,8 +34,8 @@ async def writes_of(events: AsyncIterator[Events]) -> list[list[bytes]]:
     body). The call is reported once, after the last body message."""
     bodies: list[dict[str, Any]] = []
     reports: list[int] = []  # the number of body messages sent when the call was reported
-    response = await streamed(
-        ChatChunker(META, want_logprobs=False).chunks(events), lambda: reports.append(len(bodies))
+    response = Ending(
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(events)), lambda: reports.append(len(bodies))
     )
     done = asyncio.Event()
 
@@ -118,6 +118,6 @@ async def test_a_stream_is_reported_once_after_its_last_write_or_when_the_client
         return {"type": "http.disconnect"}
 
     events = ChatChunker(META, want_logprobs=False).chunks(engine())
-    response = await streamed(events, lambda: reports.append((len(sent), list(closed))))
+    response = Ending(await streamed(events), lambda: reports.append((len(sent), list(closed))))
     await response({"type": "http"}, receive, gone_after_two)
     assert sent == [True, True] and reports == [(2, [True])]

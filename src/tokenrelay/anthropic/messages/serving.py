@@ -9,7 +9,6 @@ message (`openai/relayed.py`), after the same validation and admission.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -29,7 +28,7 @@ from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import read_body, validate_strict
 from tokenrelay.openai.relayed import forwarded_headers, relayed_response, relays
 from tokenrelay.openai.render import collect
-from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
+from tokenrelay.openai.serving import JSONBody, run_call, streamed
 from tokenrelay.openai.sse import NamedFraming
 
 ENDPOINT = "messages"  # the ledger's, the metrics' and the request log's name for these calls
@@ -54,12 +53,11 @@ async def _create(request: Request, call: Call, services: Any) -> Response:
     call.backend = backend.kind
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
     events = observed(backend.chat(chat, call.request_id), call)
-    report = functools.partial(services.end_call, call)
     if body.stream:
-        return await streamed(MessageStreamer(meta).chunks(events), report, NamedFraming(error_body))
+        return await streamed(MessageStreamer(meta).chunks(events), NamedFraming(error_body))
     with cancel_on_disconnect(request.receive):
         collected = await collect(events)
-    return ReportedResponse(message_body(meta, collected), report=report)
+    return JSONBody(message_body(meta, collected))
 
 
 async def count_tokens(request: Request) -> Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -16,7 +15,7 @@ from tokenrelay.errors import InvalidRequest
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.embeddings import render
 from tokenrelay.openai.parsing import read_body, validate_json
-from tokenrelay.openai.serving import ReportedResponse
+from tokenrelay.openai.serving import JSONBody
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 ENDPOINT = "embeddings"  # the ledger's and the metrics' name for it
@@ -39,7 +38,7 @@ async def respond(request: Request, call: Call, services: Any) -> Response:
     if body.dimensions is not None:
         vectors = [render.truncated(vector, body.dimensions) for vector in vectors]
     answer = render.body(body.model, vectors, result.prompt_tokens, body.base64)
-    return ReportedResponse(answer, report=functools.partial(services.end_call, call))
+    return JSONBody(answer)
 
 
 def check_settings(body: EmbeddingRequest, settings: ModelSettings | None) -> None:

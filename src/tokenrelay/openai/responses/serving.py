@@ -38,7 +38,7 @@ from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import ResponseHead, collected_response
 from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.openai.responses.stream import Payload, ResponseStream
-from tokenrelay.openai.serving import ReportedResponse, run_call, streamed
+from tokenrelay.openai.serving import JSONBody, run_call, streamed
 from tokenrelay.openai.sse import NamedFraming
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
@@ -69,13 +69,12 @@ async def _respond(request: Request, call: Call, services: Any) -> Response:
     head = ResponseHead(new_id("resp"), int(time.time()), body)
     save = functools.partial(_save, store, body, call.key_id, items, context)
     events = observed(fitted(backend, body, conversation, chat, call.request_id), call)
-    report = functools.partial(services.end_call, call)
     if body.stream:
-        return await streamed(stream_payloads(ResponseStream(head), events, save), report, NamedFraming(error_event))
+        return await streamed(stream_payloads(ResponseStream(head), events, save), NamedFraming(error_event))
     with cancel_on_disconnect(request.receive):
         response = collected_response(head, await collect(events))
     await save(response)
-    return ReportedResponse(response, report=report)
+    return JSONBody(response)
 
 
 async def _relay(request: Request, call: Call, services: Any, body: ResponsesRequest, raw: bytes) -> Response:

@@ -254,8 +254,10 @@ def test_client_disconnect_stops_generation(server) -> None:
         server.http() as http,
         http.stream("POST", "/v1/chat/completions", json=body, headers={"X-Request-ID": "cancel-me-1"}) as response,
     ):
-        for i, _ in enumerate(response.iter_lines()):
-            if i > 6:
+        seen = 0  # tokens the client read before it left
+        for line in response.iter_lines():
+            seen += line.startswith("data: {") and '"content":"' in line and '"content":""' not in line
+            if seen == 6:
                 break
     deadline = time.monotonic() + 10
     while engine_status(server)["busy_slots"] and time.monotonic() < deadline:
@@ -272,7 +274,8 @@ def test_client_disconnect_stops_generation(server) -> None:
     (line,) = [ln for ln in server.log().splitlines() if "request_id=cancel-me-1" in ln]
     assert "status=499" in line
     generated = int(re.search(r"completion_tokens=(\d+)", line).group(1))
-    assert 3 <= generated < 300
+    # Stopped within a few tokens of the client leaving (the README's promise), not at max_tokens.
+    assert seen <= generated <= seen + 12, (seen, generated)
     assert int(re.search(r"prompt_tokens=(\d+)", line).group(1)) > 0
 
 

@@ -143,16 +143,7 @@ def test_revoked_key_stops_working_within_seconds(deployment: Deployment) -> Non
         assert complete(deployment.client(secret)).usage.completion_tokens == 2
         revoked = admin.delete("/admin/keys/short-lived")
         assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            complete(deployment.client(secret))
-        except openai.AuthenticationError as exc:
-            assert exc.code == "invalid_api_key"
-            break
-        time.sleep(0.2)
-    else:
-        pytest.fail("a revoked key was still accepted after 10 s")
+    until_refused(deployment, secret)
 
 
 def test_expired_key_is_401(deployment: Deployment) -> None:
@@ -219,6 +210,34 @@ def test_rotation_replaces_the_secret(deployment: Deployment) -> None:
     assert new["id"] == old["id"] and new["key"] != old["key"] and new["prefix"] == new["key"][:11]
     assert complete(deployment.client(new["key"])).usage.completion_tokens == 2
     expect_error(openai.AuthenticationError, "invalid_api_key", lambda: complete(deployment.client(old["key"])))
+
+
+def until_refused(deployment: Deployment, secret: str) -> None:
+    """A key's caller is refused once every replica's key cache has expired (`FAST_CACHE`)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            complete(deployment.client(secret))
+        except openai.AuthenticationError as exc:
+            assert exc.code == "invalid_api_key"
+            return
+        time.sleep(0.2)
+    pytest.fail("a key was still accepted after 10 s")
+
+
+def test_the_cli_rotates_and_revokes_a_key_a_running_server_honours(deployment: Deployment) -> None:
+    old = cli("keys", "create", "--name", "cli-managed", "--json", url=deployment.url)
+    created = json.loads(old.stdout)
+    assert complete(deployment.client(created["key"])).usage.completion_tokens == 2
+    rotated = json.loads(cli("keys", "rotate", "cli-managed", "--json", url=deployment.url).stdout)
+    assert rotated["id"] == created["id"] and rotated["key"] != created["key"]
+    until_refused(deployment, created["key"])
+    assert complete(deployment.client(rotated["key"])).usage.completion_tokens == 2
+    revoked = json.loads(cli("keys", "revoke", "cli-managed", "--json", url=deployment.url).stdout)
+    assert revoked["revoked_at"] is not None
+    until_refused(deployment, rotated["key"])
+    listed = json.loads(cli("keys", "list", "--json", url=deployment.url).stdout)
+    assert all(created["key"] not in json.dumps(k) and rotated["key"] not in json.dumps(k) for k in listed)
 
 
 # Limits -------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ log are those of any other call.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,6 +20,7 @@ from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, Overloaded
+from tokenrelay.openai.call_services import CallServices
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.render import Chunk
 from tokenrelay.openai.serving import JSONBody, streamed
@@ -38,7 +38,7 @@ def relays(backend: Backend, api: NativeApi) -> bool:
 async def relayed_response(
     request: Request,
     call: Call,
-    services: Any,
+    services: CallServices,
     backend: Backend,
     native: NativeRequest,
     error_body: Callable[[APIError], Chunk],

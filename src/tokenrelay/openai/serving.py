@@ -15,6 +15,7 @@ from tokenrelay.backends.base import Backend, Events
 from tokenrelay.calls.record import Call, ClientGone, current_call, observed, record_failure
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.jsonbytes import dumps
+from tokenrelay.openai.call_services import CallServices
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import parse_body
 from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, collect
@@ -45,7 +46,7 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
 
 
 # What a call does once opened: parse, admit, run and answer (`run_call` reports it if this fails).
-CallWork = Callable[[Request, Call, Any], Awaitable[Response]]
+CallWork = Callable[[Request, Call, CallServices], Awaitable[Response]]
 
 
 async def run_call(request: Request, endpoint_name: str, work: CallWork) -> Response:
@@ -91,7 +92,7 @@ class Ending(Response):
                 await self.background()
 
 
-async def _generate(endpoint: Endpoint, request: Request, call: Call, services: Any) -> Response:
+async def _generate(endpoint: Endpoint, request: Request, call: Call, services: CallServices) -> Response:
     body = await parse_body(request, endpoint.request_model, services.settings.max_n)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
     backend = await services.admit(call, body)

@@ -24,6 +24,7 @@ from tokenrelay.calls.record import Call, observed
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
 from tokenrelay.jsonbytes import loads
+from tokenrelay.openai.call_services import CallServices
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import read_body, validate_strict
 from tokenrelay.openai.relayed import forwarded_headers, relayed_response, relays
@@ -40,7 +41,7 @@ async def create_message(request: Request) -> Response:
     return await run_call(request, ENDPOINT, _create)
 
 
-async def _create(request: Request, call: Call, services: Any) -> Response:
+async def _create(request: Request, call: Call, services: CallServices) -> Response:
     raw = await read_body(request.receive)
     body = validated(raw, MessagesRequest)
     chat = to_chat(body, stream=bool(body.stream))

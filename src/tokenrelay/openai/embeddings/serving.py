@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -12,6 +11,7 @@ from tokenrelay.backends.base import Embeddings, Usage
 from tokenrelay.calls.record import Call
 from tokenrelay.config import ModelSettings
 from tokenrelay.errors import InvalidRequest
+from tokenrelay.openai.call_services import CallServices
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.embeddings import render
 from tokenrelay.openai.parsing import read_body, validate_json
@@ -21,7 +21,7 @@ from tokenrelay.protocol.embeddings import EmbeddingRequest
 ENDPOINT = "embeddings"  # the ledger's and the metrics' name for it
 
 
-async def respond(request: Request, call: Call, services: Any) -> Response:
+async def respond(request: Request, call: Call, services: CallServices) -> Response:
     """What `run_call` runs for `POST /v1/embeddings`."""
     content = await read_body(request.receive)
     if not content.strip():

@@ -28,6 +28,7 @@ from tokenrelay.backends.upstream.native import NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
 from tokenrelay.jsonbytes import loads
+from tokenrelay.openai.call_services import CallServices
 from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.parsing import read_body, validate_strict
 from tokenrelay.openai.relayed import relayed_response, relays
@@ -53,7 +54,7 @@ async def create_response(request: Request) -> Response:
     return await run_call(request, ENDPOINT, _respond)
 
 
-async def _respond(request: Request, call: Call, services: Any) -> Response:
+async def _respond(request: Request, call: Call, services: CallServices) -> Response:
     raw = await read_body(request.receive)
     body = parse(raw)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
@@ -77,7 +78,7 @@ async def _respond(request: Request, call: Call, services: Any) -> Response:
     return JSONBody(response)
 
 
-async def _relay(request: Request, call: Call, services: Any, body: ResponsesRequest, raw: bytes) -> Response:
+async def _relay(request: Request, call: Call, services: CallServices, body: ResponsesRequest, raw: bytes) -> Response:
     """The body as sent to a node that serves Responses itself. The node keeps its responses; the gateway
     keeps whose each is and which node holds it, so that reads of it (`router.py`) and a `previous_response_id`
     reach that node, for the key that made it only (the node sees the gateway's key alone)."""

@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tokenrelay.backends.upstream import http1
 from tokenrelay.backends.upstream.aiohttp_transport import AiohttpTransport
@@ -352,3 +360,60 @@ async def test_deadlines_fail_the_wait_and_close_the_connection(make: Make) -> N
         reply.release()
         await pool.close()
     assert server.connections == 2  # the timed-out connection was not reused
+
+
+def self_signed(directory: Path) -> Path:
+    """A certificate for 127.0.0.1 that no CA signed, and its key, in one PEM file."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tokenrelay test node")])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path = directory / "node.pem"
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM) + key_pem)
+    return path
+
+
+@asynccontextmanager
+async def serving_tls(pem: Path) -> AsyncIterator[str]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pem)
+    server = Server(lambda r, w: keep_alive_json(server, r, w))
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0, ssl=context)
+    try:
+        yield f"https://127.0.0.1:{listener.sockets[0].getsockname()[1]}/v1"
+    finally:
+        listener.close()
+
+
+async def test_https_nodes_are_verified_against_the_systems_cas(make: Make, tmp_path: Path) -> None:
+    pem = self_signed(tmp_path)
+    async with serving_tls(pem) as url:
+        pool = make(url, {}, connect_timeout=2)
+        with pytest.raises(ConnectFailed):  # a certificate no trusted CA signed
+            await pool.request("POST", "/chat/completions", b"{}")
+        await pool.close()
+
+
+async def test_an_https_node_whose_ca_the_system_trusts_is_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pem = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))  # OpenSSL's system store, as an operator would extend it
+    async with serving_tls(pem) as url:
+        pool = Pool(url, {}, connect_timeout=2)
+        assert await exchange(pool, b"{}") == (200, b'{"echo":2}')
+        await pool.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,10 +33,7 @@ _OPENERS, _CLOSERS = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uin
 
 
 async def parse_body(request: Request, model: type[Model], max_n: int) -> Model:
-    body = await read_body(request.receive)
-    if not body.strip():
-        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
-    parsed = validate_json(model, body, {"max_n": max_n})
+    parsed = validate_json(model, await read_body(request.receive), {"max_n": max_n})
     _note_extras(request, parsed)
     return parsed
 
@@ -58,12 +56,21 @@ async def read_body(receive: Receive) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def validate_json(model: type[Wire], body: bytes, context: dict[str, Any] | None = None) -> Wire:
-    """Strict JSON validation; any complaint becomes one OpenAI-style 400 naming the field."""
+# A validation error and the body as parsed JSON (None if it is none) -> the API's 400 naming the field.
+Complaint = Callable[[ValidationError, Any], InvalidRequest]
+
+
+def validate_json(
+    model: type[Wire], body: bytes, context: dict[str, Any] | None = None, complaint: Complaint = from_validation_error
+) -> Wire:
+    """Strict JSON validation of a request body; an empty body, or any complaint (as `complaint` words it), is one
+    400 naming the field."""
+    if not body.strip():
+        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
     try:
         return validate_strict(model, body, context)
     except ValidationError as exc:
-        raise from_validation_error(exc, _parsed(body)) from None
+        raise complaint(exc, _parsed(body)) from None
 
 
 def validate_strict(model: type[Strict], body: bytes, context: dict[str, Any] | None = None) -> Strict:

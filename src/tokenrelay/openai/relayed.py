@@ -10,6 +10,7 @@ log are those of any other call.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.requests import Request
@@ -21,9 +22,8 @@ from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, Overloaded
 from tokenrelay.openai.call_services import CallServices
-from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.render import Chunk
-from tokenrelay.openai.serving import JSONBody, streamed
+from tokenrelay.openai.serving import stream_or_collect
 from tokenrelay.openai.sse import RawFraming
 
 # Remembers what a node keeps: (the object's id, the node's name).
@@ -49,11 +49,12 @@ async def relayed_response(
     if not isinstance(backend, RoutedBackend):  # the model's nodes went while it was admitted
         raise Overloaded("No upstream node is available for this model right now; retry later.")
     events = observed(backend.relay(native, call.request_id), call)
-    if native.stream:
-        return await streamed(raw_pieces(events, keep), RawFraming(error_body))
-    with cancel_on_disconnect(request.receive):
-        content = b"".join([piece async for pieces in raw_pieces(events, keep) for piece in pieces])
-    return JSONBody(content)
+
+    async def whole() -> bytes:
+        return b"".join([piece async for pieces in raw_pieces(events, keep) for piece in pieces])
+
+    chunks = functools.partial(raw_pieces, events, keep)
+    return await stream_or_collect(request, native.stream, chunks, whole, RawFraming(error_body))
 
 
 async def raw_pieces(batches: AsyncIterator[Events], keep: Keep | None = None) -> AsyncIterator[list[bytes]]:

@@ -107,11 +107,26 @@ async def _generate(endpoint: Endpoint, request: Request, call: Call, services: 
         **endpoint.meta_extra(body),
     )
     events = observed(endpoint.events(backend, body, call.request_id), call)
-    if body.stream:
-        return await streamed(endpoint.chunks(body, meta, events))
+
+    async def whole() -> dict[str, Any]:
+        return endpoint.body(body, meta, await collect(events))
+
+    return await stream_or_collect(request, bool(body.stream), lambda: endpoint.chunks(body, meta, events), whole)
+
+
+async def stream_or_collect(
+    request: Request,
+    stream: bool,
+    chunks: Callable[[], AsyncIterator[list[Piece]]],
+    whole: Callable[[], Awaitable[Any]],
+    framing: Framing[Piece] = OPENAI,
+) -> Response:
+    """The answer as a stream of `chunks()`, or as the JSON body `whole()` makes once the events are in (a client
+    that leaves meanwhile cancels the generation)."""
+    if stream:
+        return await streamed(chunks(), framing)
     with cancel_on_disconnect(request.receive):
-        collected = await collect(events)
-    return JSONBody(endpoint.body(body, meta, collected))
+        return JSONBody(await whole())
 
 
 async def streamed(chunks: AsyncIterator[list[Piece]], framing: Framing[Piece] = OPENAI) -> Response:

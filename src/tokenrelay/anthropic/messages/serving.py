@@ -9,9 +9,10 @@ message (`openai/relayed.py`), after the same validation and admission.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -22,14 +23,13 @@ from tokenrelay.anthropic.messages.translate import to_chat
 from tokenrelay.backends.upstream.native import ANTHROPIC_HEADERS, NativeRequest
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.calls.request_ids import request_id_of
-from tokenrelay.errors import AuthenticationError, InvalidRequest, ModelNotFound
+from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.call_services import CallServices
-from tokenrelay.openai.disconnect import cancel_on_disconnect
-from tokenrelay.openai.parsing import read_body, validate_strict
+from tokenrelay.openai.parsing import read_body, validate_json
 from tokenrelay.openai.relayed import forwarded_headers, relayed_response, relays
 from tokenrelay.openai.render import collect
-from tokenrelay.openai.serving import JSONBody, run_call, streamed
+from tokenrelay.openai.serving import run_call, stream_or_collect
 from tokenrelay.openai.sse import NamedFraming
 
 ENDPOINT = "messages"  # the ledger's, the metrics' and the request log's name for these calls
@@ -54,11 +54,12 @@ async def _create(request: Request, call: Call, services: CallServices) -> Respo
     call.backend = backend.kind
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
     events = observed(backend.chat(chat, call.request_id), call)
-    if body.stream:
-        return await streamed(MessageStreamer(meta).chunks(events), NamedFraming(error_body))
-    with cancel_on_disconnect(request.receive):
-        collected = await collect(events)
-    return JSONBody(message_body(meta, collected))
+
+    async def whole() -> dict[str, Any]:
+        return message_body(meta, await collect(events))
+
+    chunks = functools.partial(MessageStreamer(meta).chunks, events)
+    return await stream_or_collect(request, bool(body.stream), chunks, whole, NamedFraming(error_body))
 
 
 async def count_tokens(request: Request) -> Response:
@@ -82,17 +83,4 @@ async def count_tokens(request: Request) -> Response:
 
 
 def validated(raw: bytes, model: type[Body]) -> Body:
-    if not raw.strip():
-        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
-    try:
-        return validate_strict(model, raw)
-    except ValidationError as exc:
-        raise invalid_body(exc, _json(raw)) from None
-
-
-def _json(raw: bytes) -> Any:
-    """The body as JSON, to name a field's path in it (None when it is no JSON: then there is no field)."""
-    try:
-        return loads(raw)
-    except ValueError:  # json.JSONDecodeError, and a body that is not UTF-8
-        return None
+    return validate_json(model, raw, complaint=invalid_body)

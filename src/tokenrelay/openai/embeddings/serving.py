@@ -23,10 +23,7 @@ ENDPOINT = "embeddings"  # the ledger's and the metrics' name for it
 
 async def respond(request: Request, call: Call, services: CallServices) -> Response:
     """What `run_call` runs for `POST /v1/embeddings`."""
-    content = await read_body(request.receive)
-    if not content.strip():
-        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
-    body = validate_json(EmbeddingRequest, content)
+    body = validate_json(EmbeddingRequest, await read_body(request.receive))
     call.model, call.user = body.model, body.user
     backend = await services.admit(call, body)  # after it, the caller may know the model exists
     call.backend = backend.kind

@@ -30,7 +30,7 @@ from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, fr
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.call_services import CallServices
 from tokenrelay.openai.disconnect import cancel_on_disconnect
-from tokenrelay.openai.parsing import read_body, validate_strict
+from tokenrelay.openai.parsing import read_body, validate_json
 from tokenrelay.openai.relayed import relayed_response, relays
 from tokenrelay.openai.render import collect
 from tokenrelay.openai.responses import translate
@@ -72,6 +72,7 @@ async def _respond(request: Request, call: Call, services: CallServices) -> Resp
     events = observed(fitted(backend, body, conversation, chat, call.request_id), call)
     if body.stream:
         return await streamed(stream_payloads(ResponseStream(head), events, save), NamedFraming(error_event))
+    # Not `stream_or_collect`: the save is outside the disconnect guard, so an answer that was made is stored.
     with cancel_on_disconnect(request.receive):
         response = collected_response(head, await collect(events))
     await save(response)
@@ -122,22 +123,17 @@ async def _context(store: ResponseStore, body: ResponsesRequest, key_id: str | N
 
 def parse(raw: bytes) -> ResponsesRequest:
     """The body, strictly validated; a complaint becomes one 400 whose `param` is the field's path."""
-    if not raw.strip():
-        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
-    try:
-        return validate_strict(ResponsesRequest, raw)
-    except ValidationError as exc:
-        raise _invalid(exc, raw) from None
+    return validate_json(ResponsesRequest, raw, complaint=_invalid)
 
 
-def _invalid(exc: ValidationError, raw: bytes) -> InvalidRequest:
+def _invalid(exc: ValidationError, body: Any) -> InvalidRequest:
     """The deepest complaint (where `input` is neither a string nor a valid list, the list's item is the news),
     an unknown field first among equals."""
     errors = exc.errors(include_url=False)
     if errors[0].get("type") == "json_invalid":
         return from_validation_error(exc)
     deepest = max(errors, key=lambda error: (len(error.get("loc", ())), error.get("type") == "extra_forbidden"))
-    param = ".".join(str(part) for part in field_path(deepest.get("loc", ()), loads(raw))) or None
+    param = ".".join(str(part) for part in field_path(deepest.get("loc", ()), body)) or None
     where = f" at `{param}`" if param else ""
     message = deepest.get("msg", "invalid value")
     if deepest.get("type") == "extra_forbidden":

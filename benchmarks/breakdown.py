@@ -171,8 +171,9 @@ async def run(port: int, data: Path, key: str, cells: list[Cell], args: argparse
     upstream = {"url": f"http://127.0.0.1:{port}/v1", "name": "mock", "model": "mock"}
     settings = Settings(data_dir=str(data), models=[{"id": "bench", "upstreams": [upstream]}])
     app = create_app(settings)
+    fastapi_app = getattr(app, "app", app)  # older trees served a wrapper in front of the FastAPI app
     results = {}
-    async with app.app.router.lifespan_context(app.app):
+    async with fastapi_app.router.lifespan_context(fastapi_app):
         for name, stream in cells:
             with setup(name):
                 results[(name, stream)] = await measure(app, request_body(stream), key, args.requests, args.concurrency)

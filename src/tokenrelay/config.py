@@ -29,6 +29,11 @@ class EngineSettings(BaseModel):
         default=512, ge=8, le=4096, description="prompt tokens evaluated per step at most (beside the decoding streams)"
     )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
+    interactive_slots: int = Field(
+        default=4,
+        ge=0,
+        description="slots that background work (batch lines) never takes, so interactive requests find one free",
+    )
     embedding_batch: int = Field(
         default=64, ge=1, le=256, description="inputs embedded together in one decode (up to ctx_per_slot tokens)"
     )

@@ -7,7 +7,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,7 +77,6 @@ def test_concurrent_requests_use_both_workers_and_one_ledger(deployment: Deploym
         return [r for r in ledger_rows(deployment.url) if r["key_name"] == "load"]
 
     wait_for(lambda: len(rows()) >= LOAD, "the ledger rows")
-    time.sleep(0.5)  # two flush intervals: nothing more arrives
     written = rows()
     assert sorted(r["request_id"] for r in written) == sorted(request_ids)
     assert {r["status"] for r in written} == {200}
@@ -106,9 +104,13 @@ def test_a_registration_reaches_every_worker(deployment: Deployment) -> None:
     assert len(workers_of(server, request_ids)) == 2
 
     assert unregister(server, "extra").status_code == 204
-    time.sleep(SYNC_SECONDS + 0.3)  # the other worker's next sync
-    gone = [uuid.uuid4().hex for _ in range(20)]
-    assert [chat(server, "dyn", rid, key).status_code for rid in gone] == [404] * 20
+    gone: list[str] = []
+
+    def refused_by_both() -> bool:  # once the other worker's next sync has run
+        gone[:] = [uuid.uuid4().hex for _ in range(20)]
+        return [chat(server, "dyn", rid, key).status_code for rid in gone] == [404] * 20
+
+    wait_for(refused_by_both, "the unregistration to reach both workers", timeout=SYNC_SECONDS * 10)
     assert len(workers_of(server, gone)) == 2
 
 

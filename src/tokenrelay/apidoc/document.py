@@ -1,11 +1,9 @@
-"""The document served at `/openapi.json`: FastAPI's routes and the generation lane's, one set of components,
+"""The document served at `/openapi.json`: the app's routes, one set of components,
 the key schemes, the statuses every authenticated route can answer with, and this server's own limits."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -30,29 +28,20 @@ SECURITY_SCHEMES = {
 FASTAPI_VALIDATION = ("HTTPValidationError", "ValidationError")
 
 
-class Documented(Protocol):
-    """A generation-lane route with its operation."""
-
-    openapi: dict[str, Any] | None
-
-
-def install_document(app: FastAPI, lane_routes: Mapping[str, Documented], settings: Settings) -> None:
+def install_document(app: FastAPI, settings: Settings) -> None:
     """Serve the full document at the app's `openapi_url`, built once on first request."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = build_document(app, lane_routes, settings)
+            app.openapi_schema = build_document(app, settings)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def build_document(app: FastAPI, lane_routes: Mapping[str, Documented], settings: Settings) -> dict[str, Any]:
+def build_document(app: FastAPI, settings: Settings) -> dict[str, Any]:
     doc = get_openapi(title=app.title, version=__version__, description=DESCRIPTION, routes=app.routes)
     paths: dict[str, dict[str, Any]] = doc.setdefault("paths", {})
-    for path, route in lane_routes.items():
-        if route.openapi is not None:
-            paths[path] = {"post": copy.deepcopy(route.openapi)}
     components = doc.setdefault("components", {})
     schemas: dict[str, Any] = components.setdefault("schemas", {})
     for path, item in paths.items():

@@ -1,5 +1,5 @@
 """Operation pieces built from the pydantic models that validate the bodies: a route declares its body with
-`json_body(Model)`, a generation-lane route its whole operation with `lane_operation(...)`.
+`json_body(Model)` and, when it generates, its answers with `answers(...)`.
 
 The schemas travel with the operation under `COMPONENTS` (an extension key); `document.py` moves them to
 `components/schemas`, so each body is one named schema, and the models nested in it sit in its `$defs`.
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tokenrelay.apidoc.errors import MEANING, OpenAIError
+from tokenrelay.apidoc.errors import OpenAIError, error_responses
 
 COMPONENTS = "x-tokenrelay-components"
 SSE = "text/event-stream"
@@ -51,32 +51,16 @@ def json_body(model: type[BaseModel], *, description: str | None = None) -> dict
     return {"requestBody": body, COMPONENTS: {model.__name__: model_schema(model)}}
 
 
-def lane_operation(
-    model: type[BaseModel],
-    *,
-    summary: str,
+def answers(
     answer: str,
     statuses: tuple[int, ...],
+    *,
     error_body: type[BaseModel] = OpenAIError,
     streams: bool = True,
-) -> dict[str, Any]:
-    """The POST operation of a generation-lane route (which FastAPI does not see)."""
+) -> dict[int | str, dict[str, Any]]:
+    """FastAPI `responses=` of a generating route: a JSON object (or, when it `streams`, server-sent events),
+    and each of `statuses` with the API's error body."""
     success: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
     if streams:
         success[SSE] = {"schema": SSE_EVENT}
-    error_name = error_body.__name__
-    errors = {
-        str(status): {
-            "description": MEANING[status],
-            "content": {"application/json": {"schema": component_ref(error_name)}},
-        }
-        for status in statuses
-    }
-    operation = json_body(model)
-    operation[COMPONENTS].update(flat_schemas(error_body))
-    return {
-        "summary": summary,
-        "operationId": summary.lower().replace(" ", "_"),
-        **operation,
-        "responses": {"200": {"description": answer, "content": success}, **errors},
-    }
+    return {200: {"description": answer, "content": success}, **error_responses(*statuses, body=error_body)}

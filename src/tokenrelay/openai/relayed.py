@@ -21,7 +21,6 @@ from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, Overloaded
-from tokenrelay.openai.call_services import CallServices
 from tokenrelay.openai.render import Chunk
 from tokenrelay.openai.serving import stream_or_collect
 from tokenrelay.openai.sse import RawFraming
@@ -38,7 +37,6 @@ def relays(backend: Backend, api: NativeApi) -> bool:
 async def relayed_response(
     request: Request,
     call: Call,
-    services: CallServices,
     backend: Backend,
     native: NativeRequest,
     error_body: Callable[[APIError], Chunk],

@@ -41,6 +41,10 @@ class Endpoint(Protocol):
     def body(self, body: Any, meta: ResponseMeta, collected: Collected) -> dict[str, Any]: ...
 
 
+# What a generation can answer with besides its result (the key check adds 401 and 503 in the document).
+GENERATION_ERRORS = (400, 404, 413, 429, 502, 503)
+
+
 async def handle(request: Request, endpoint: Endpoint) -> Response:
     return await run_call(request, endpoint.name, functools.partial(_generate, endpoint))
 

@@ -121,33 +121,24 @@ class EventStream(StreamingResponse):
     """An SSE response of a generation's chunks that stops, cancelling the generation behind it, when the
     client disconnects.
 
-    Starlette's own `__call__` watches for the disconnect (on uvicorn's ASGI spec 2.3) with an anyio task
-    group per response, far dearer on the hot path than the one listener task of `cancel_on_disconnect`,
-    inside which this `__call__` runs Starlette's `stream_response`."""
+    Starlette's `StreamingResponse` builds it (status, headers, `body_iterator`); it answers as an ASGI app of its
+    own rather than through Starlette's `__call__`, which watches for the disconnect with an anyio task group per
+    response (dear on the hot path): here one listener task (`cancel_on_disconnect`) does that, and the stream's
+    end (`[DONE]`) goes out with the closing message rather than as a message of its own before it."""
 
-    def __init__(
-        self,
-        first: list[Any] | None,
-        rest: AsyncIterator[list[Any]],
-        framing: Framing[Any] = OPENAI,
-    ) -> None:
+    def __init__(self, first: list[Any] | None, rest: AsyncIterator[list[Any]], framing: Framing[Any] = OPENAI) -> None:
         self.body_stream = stream_body(first, rest, framing)
         self.chunks = rest
         self.end = framing.end()
         super().__init__(self.body_stream, media_type="text/event-stream", headers=HEADERS)
 
-    async def stream_response(self, send: Send) -> None:
-        """Starlette's, with the stream's end (`[DONE]`) as the body of the closing message rather than a
-        message of its own before it: one write fewer per stream."""
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        async for piece in self.body_iterator:
-            await send({"type": "http.response.body", "body": piece, "more_body": True})
-        await send({"type": "http.response.body", "body": self.end, "more_body": False})
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             with cancel_on_disconnect(receive):
-                await self.stream_response(send)
+                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                async for piece in self.body_iterator:
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                await send({"type": "http.response.body", "body": self.end, "more_body": False})
         except (ClientGone, OSError):
             pass  # the client went away: the generation was cancelled with the stream, or stops below
         finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,34 +10,52 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 
 from tokenrelay import __version__
 from tokenrelay.admin import metrics as metrics_route
 from tokenrelay.admin import nodes as admin_nodes
 from tokenrelay.admin import routes as admin_routes
-from tokenrelay.anthropic.messages import router as messages_router
+from tokenrelay.anthropic.messages import router as messages
 from tokenrelay.apidoc.document import install_document
+from tokenrelay.auth.dialects import Dialects
 from tokenrelay.auth.middleware import KeyAuthMiddleware
 from tokenrelay.calls.request_ids import RequestIdMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
-from tokenrelay.errors import APIError, InvalidRequest, NotFound, error_response
+from tokenrelay.errors import APIError, InvalidRequest, NotFound
 from tokenrelay.openai import models, tokenize
+from tokenrelay.openai.chat import router as chat
+from tokenrelay.openai.completions import router as completions
 from tokenrelay.openai.embeddings import router as embeddings
-from tokenrelay.openai.lane import GenerationLane
-from tokenrelay.openai.responses import router as responses_route
+from tokenrelay.openai.responses import router as responses
 from tokenrelay.server.announce import announce
+from tokenrelay.server.failures import failure_response
+from tokenrelay.server.fast_path import FastPath
 from tokenrelay.server.gc_tuning import tune_garbage_collector
 from tokenrelay.server.services import Services
 
-log = logging.getLogger(__name__)
 # The methods a 405's `Allow` can name: every method some route here may serve.
 PROBED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
-def create_app(settings: Settings) -> GenerationLane:
+# Every API route, each from its endpoint's package.
+ROUTERS = (
+    chat,
+    completions,
+    responses,
+    messages,
+    embeddings,
+    models,
+    tokenize,
+    metrics_route,
+    admin_routes,
+    admin_nodes,
+)
+
+
+def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = Services(settings)
@@ -57,44 +74,52 @@ def create_app(settings: Settings) -> GenerationLane:
     app = FastAPI(
         title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=off
     )
-    app.add_middleware(KeyAuthMiddleware)
+    dialects = Dialects({messages.PREFIX: messages.DIALECT})
+    # Added first, so innermost: after the request id and the key.
+    app.add_middleware(FastPath, dialects=dialects, routers=[module.router for module in ROUTERS])
+    app.add_middleware(KeyAuthMiddleware, dialects=dialects)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: auth errors carry X-Request-ID too
-    for module in (models, tokenize, responses_route, embeddings, metrics_route, admin_routes, admin_nodes):
+    for module in ROUTERS:
         app.include_router(module.router)
     install_console(app)
-    install_error_handlers(app)
-    lane = GenerationLane(app, messages_router.routes())
-    install_document(app, lane.routes, settings)
-    return lane
+    install_error_handlers(app, dialects)
+    install_document(app, settings)
+    return app
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, dialects: Dialects) -> None:
+    """Every failure as an error body in the shape of the path's API, never FastAPI's own bodies."""
+
+    def error_response(request: Request, exc: Exception) -> Response:
+        return failure_response(dialects, request.url.path, exc)
+
     @app.exception_handler(APIError)
-    async def api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc)
+    async def api_error(request: Request, exc: APIError) -> Response:
+        return error_response(request, exc)
 
     @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 404:
-            return error_response(NotFound(f"Unknown path {request.url.path}."))
+            return error_response(request, NotFound(f"Unknown path {request.url.path}."))
         headers = dict(exc.headers or {})
+        message = str(exc.detail)
         if exc.status_code == 405:
             # Starlette names the methods of the first route on the path; a path may have several.
-            headers["Allow"] = ", ".join(allowed_methods(app, request))
-        return error_response(InvalidRequest(str(exc.detail), status=exc.status_code, headers=headers))
+            headers["Allow"] = allowed = ", ".join(allowed_methods(app, request))
+            message = f"{request.url.path} takes {allowed}, not {request.method}."
+        return error_response(request, InvalidRequest(message, status=exc.status_code, headers=headers))
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_parameters(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid_parameters(request: Request, exc: RequestValidationError) -> Response:
         # A query or path parameter FastAPI validated: the API's 400 naming it, not FastAPI's 422.
         first = exc.errors()[0]
         param = str(first["loc"][-1]) if first.get("loc") else None
         message = f"Invalid value for `{param}`: {first.get('msg', 'invalid value')}"
-        return error_response(InvalidRequest(message, param=param, code="invalid_value"))
+        return error_response(request, InvalidRequest(message, param=param, code="invalid_value"))
 
     @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
-        return error_response(APIError("The server had an error while processing your request."))
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        return error_response(request, exc)
 
 
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:

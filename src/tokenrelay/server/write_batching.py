@@ -6,47 +6,26 @@ transport holds what is written during one loop turn and writes it when the turn
 sent in one turn leave in one write. Nothing waits longer than the turn that wrote it; a `close` writes what
 is held first; an `abort` drops it, as the transport itself would.
 
-uvicorn has no setting for this, so the transport is wrapped when the connection is made; everything but
-the writes goes straight to uvicorn's own transport (flow control included: at most one turn's bytes are
-held here before the transport sees them). The connections of one server share one `LoopTurnBatch`, so a
-turn's answers leave together, from one loop callback.
+uvicorn has no setting for this; it takes a protocol class as its `http` setting, and this one hands uvicorn's
+own protocol a wrapped transport in `connection_made` (asyncio's `Protocol` interface). Everything but the
+writes goes straight to the socket's transport (flow control included: at most one turn's bytes are held here
+before the transport sees them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-from tokenrelay.loopturn import LoopTurnBatch
-
-log = logging.getLogger(__name__)
-
-Flush = Callable[[], None]
-
-
-def write_batch() -> LoopTurnBatch[Flush]:
-    """Flushes due when the loop turn ends, run one after another from one loop callback."""
-    return LoopTurnBatch(_run_each)
-
-
-def _run_each(flushes: list[Flush]) -> None:
-    for flush in flushes:
-        try:
-            flush()
-        except Exception:  # one connection's failure must not hold back the others' bytes
-            log.exception("a held write failed")
 
 
 class TurnBufferedTransport:
     """A stream transport whose writes during one loop turn reach the wrapped transport as one write."""
 
-    def __init__(self, transport: asyncio.Transport, batch: LoopTurnBatch[Flush]) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
-        self._batch = batch
+        self._loop = loop
         self._held: list[bytes] = []
         self._held_bytes = 0
 
@@ -54,7 +33,7 @@ class TurnBufferedTransport:
         if not data:
             return
         if not self._held:
-            self._batch.add(self.flush)
+            self._loop.call_soon(self.flush)
         self._held.append(bytes(data))
         self._held_bytes += len(data)
 
@@ -92,15 +71,5 @@ class TurnBufferedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a `TurnBufferedTransport` (pass as uvicorn's `http` setting)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)  # addresses and flow control are read from the real transport
-        self.transport = TurnBufferedTransport(transport, _server_batch(self))  # type: ignore[assignment]
-
-
-def _server_batch(protocol: HttpToolsProtocol) -> LoopTurnBatch[Flush]:
-    """The write batch of the protocol's server, kept on uvicorn's state object for the server's connections
-    (one per server and so per worker process; uvicorn gives protocols nothing else they share)."""
-    state = protocol.server_state
-    batch = getattr(state, "tokenrelay_write_batch", None)
-    if batch is None:
-        batch = state.tokenrelay_write_batch = write_batch()  # type: ignore[attr-defined]
-    return batch
+        buffered = TurnBufferedTransport(transport, asyncio.get_running_loop())
+        super().connection_made(buffered)  # type: ignore[arg-type]

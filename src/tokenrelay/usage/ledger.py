@@ -1,9 +1,9 @@
 """The usage ledger: calls are queued in memory as they end and written in batches by one background task.
 
 Nothing is written on the request path. Under load a transaction takes a long time however few rows it
-holds (each of its database round trips waits behind every request the event loop is serving: ~300 ms for
-200 rows at 2,000 requests/s, against 7 ms idle), so the writer takes everything queued, up to
-`ledger_max_rows`, in one: it keeps up at any rate the server can serve instead of queueing without bound.
+holds (each of its database round trips waits behind every request the event loop is serving), so the writer
+takes everything queued, up to `ledger_max_rows`, in one: it keeps up at any rate the server can serve instead
+of queueing without bound.
 
 With SQLite, first-time rows that settle nothing are written on the loop itself (`tokenrelay.usage.inline`),
 in transactions of at most `inline.MAX_ROWS` with the loop served between them; a batch that finds SQLite's

@@ -95,11 +95,11 @@ class FakeServices:
 
 @pytest.fixture
 async def client(nodes: FakeNodes, tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, FakeServices]]:
-    lane = create_app(Settings(data_dir=str(tmp_path), models=[]))
+    app = create_app(Settings(data_dir=str(tmp_path), models=[]))
     services = FakeServices(nodes.backend("a", model="node-model", native_apis=["responses", "messages"]))
-    lane.app.state.services = services  # no lifespan: nothing else is needed here
+    app.state.services = services  # no lifespan: nothing else is needed here
     headers = {"Authorization": "Bearer the-key", "x-api-key": "the-key", "anthropic-version": "2023-06-01"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=lane), base_url="http://t", headers=headers) as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", headers=headers) as c:
         yield c, services
 
 

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import uvicorn
-import uvicorn.server
 from event_loops import ON_BOTH_LOOPS
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from tokenrelay.server.write_batching import (
-    TurnBufferedHttpToolsProtocol,
-    TurnBufferedTransport,
-    _server_batch,
-    write_batch,
-)
+from tokenrelay.server.write_batching import TurnBufferedHttpToolsProtocol, TurnBufferedTransport
 
 pytestmark = ON_BOTH_LOOPS
 
@@ -54,7 +46,7 @@ class FakeTransport:
 
 async def test_one_turns_writes_reach_the_transport_as_one_write_at_the_turns_end() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, write_batch())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
     transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     transport.write(b"")
     transport.writelines([b"{", b"}"])
@@ -69,7 +61,7 @@ async def test_one_turns_writes_reach_the_transport_as_one_write_at_the_turns_en
 
 async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, write_batch())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
     transport.write(b"last bytes")
     transport.close()
     assert fake.calls == [("write", b"last bytes"), ("close", b"")]
@@ -77,7 +69,7 @@ async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
     assert len(fake.calls) == 2
 
     aborted = FakeTransport()
-    transport = TurnBufferedTransport(aborted, write_batch())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(aborted, asyncio.get_running_loop())  # type: ignore[arg-type]
     transport.write(b"never sent")
     transport.abort()
     await asyncio.sleep(0)
@@ -86,70 +78,11 @@ async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
 
 async def test_a_connection_closing_under_the_held_bytes_gets_no_write() -> None:
     fake = FakeTransport()
-    transport = TurnBufferedTransport(fake, write_batch())  # type: ignore[arg-type]
+    transport = TurnBufferedTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
     transport.write(b"for a client that left")
     fake.closing = True
     await asyncio.sleep(0)
     assert fake.calls == []
-
-
-async def test_the_transports_of_one_flush_write_from_one_callback_and_a_failure_stops_no_other() -> None:
-    flushes = write_batch()
-    fakes = [FakeTransport() for _ in range(3)]
-    transports = [TurnBufferedTransport(fake, flushes) for fake in fakes]  # type: ignore[arg-type]
-    loop = asyncio.get_running_loop()
-    scheduled = []
-    original = loop.call_soon
-
-    def counted_call_soon(callback: Any, *args: Any, **kwargs: Any) -> Any:
-        scheduled.append(callback)
-        return original(callback, *args, **kwargs)
-
-    loop.call_soon = counted_call_soon  # type: ignore[method-assign]
-    try:
-        for number, transport in enumerate(transports):
-            transport.write(b"answer %d" % number)
-        flushes.add(lambda: 1 / 0)  # a flush that fails, between the others and the next
-        transports[0].write(b" more")
-    finally:
-        loop.call_soon = original  # type: ignore[method-assign]
-    assert len(scheduled) == 1  # one loop callback for every write of the turn
-    await asyncio.sleep(0)
-    assert [fake.calls for fake in fakes] == [
-        [("write", b"answer 0 more")],
-        [("write", b"answer 1")],
-        [("write", b"answer 2")],
-    ]
-
-
-async def test_flushes_left_by_a_loop_that_stopped_do_not_hold_back_the_next_loops() -> None:
-    flushes = write_batch()
-    left = FakeTransport()
-
-    def write_then_stop_at_once() -> None:  # on a loop of its own (this thread's loop is running this test)
-        other_loop = asyncio.new_event_loop()
-        other_loop.call_soon(lambda: TurnBufferedTransport(left, flushes).write(b"never flushed"))  # type: ignore[arg-type]
-        other_loop.call_soon(other_loop.stop)  # stops before the turn that would flush
-        other_loop.run_forever()
-        other_loop.close()
-
-    thread = threading.Thread(target=write_then_stop_at_once)
-    thread.start()
-    thread.join()
-    fake = FakeTransport()
-    TurnBufferedTransport(fake, flushes).write(b"on this loop")  # type: ignore[arg-type]
-    await asyncio.sleep(0)
-    assert fake.calls == [("write", b"on this loop")] and left.calls == []
-
-
-async def test_the_connections_of_one_server_share_its_write_batch() -> None:
-    class Protocol:
-        def __init__(self, server_state: object) -> None:
-            self.server_state = server_state
-
-    one, other = uvicorn.server.ServerState(), uvicorn.server.ServerState()
-    assert _server_batch(Protocol(one)) is _server_batch(Protocol(one))  # type: ignore[arg-type]
-    assert _server_batch(Protocol(one)) is not _server_batch(Protocol(other))  # type: ignore[arg-type]
 
 
 # A real server ----------------------------------------------------------------------------------------------
@@ -176,7 +109,17 @@ def counted(protocol: type[HttpToolsProtocol], writes: list[bytes]) -> type[Http
     return Counted
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+class App:
+    """Answers `/json` at once, and `/stream` in two parts, the second once `first_read` is set."""
+
+    def __init__(self) -> None:
+        self.first_read = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await app(scope, receive, send, self.first_read)
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any, first_read: asyncio.Event) -> None:
     if scope["type"] != "http":
         return
     if scope["path"] == "/json":
@@ -185,19 +128,22 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         return
-    # A stream whose second part comes a while after the first: the first must not wait for it.
+    # A stream whose second part is sent only once the client has read the first: were the first held until
+    # more came, the exchange would never finish.
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
     await send({"type": "http.response.body", "body": b"first\n", "more_body": True})
-    await asyncio.sleep(0.5)
+    await first_read.wait()
     await send({"type": "http.response.body", "body": b"second\n", "more_body": False})
 
 
 @asynccontextmanager
-async def server(protocol: type[HttpToolsProtocol]) -> AsyncIterator[str]:
+async def server(protocol: type[HttpToolsProtocol], served: App | None = None) -> AsyncIterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, http=protocol, log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        served or App(), host="127.0.0.1", port=port, http=protocol, log_level="warning", lifespan="off"
+    )
     instance = uvicorn.Server(config)
     task = asyncio.create_task(instance.serve())
     while not instance.started:
@@ -221,12 +167,15 @@ async def test_a_json_answer_is_one_write_where_uvicorn_alone_makes_two() -> Non
 
 async def test_a_streams_parts_leave_in_their_own_turns() -> None:
     writes: list[bytes] = []
-    async with server(counted(TurnBufferedHttpToolsProtocol, writes)) as url, httpx.AsyncClient(base_url=url) as client:
-        started = time.monotonic()
-        async with client.stream("GET", "/stream") as response:
-            parts = response.aiter_text()
-            assert await anext(parts) == "first\n"
-            first_at = time.monotonic() - started
-            assert "".join([piece async for piece in parts]) == "second\n"
-    assert first_at < 0.4  # not held until the second part, 0.5 s later
+    served = App()
+    async with (
+        server(counted(TurnBufferedHttpToolsProtocol, writes), served) as url,
+        httpx.AsyncClient(base_url=url) as client,
+        client.stream("GET", "/stream") as response,
+    ):
+        parts = response.aiter_text()
+        # Only a failure waits out this bound: the first part held back until the second would never come.
+        assert await asyncio.wait_for(anext(parts), timeout=30) == "first\n"
+        served.first_read.set()
+        assert "".join([piece async for piece in parts]) == "second\n"
     assert len(writes) == 2  # the head with the first part, then the second part with the body's end

@@ -1,43 +1,56 @@
-"""The Messages routes, served by the generation lane (`tokenrelay.openai.lane`) rather than a FastAPI router.
+"""`POST /v1/messages` and `POST /v1/messages/count_tokens`.
 
-The lane already reads its own bodies, authenticates inline and renders its own errors, which is what these
-routes need to differ in: the key may come in `x-api-key`, and every error (a missing key included) must be
-in Anthropic's shape, which the app-wide key middleware and FastAPI's handlers would write in OpenAI's. Their
-operations in `/openapi.json` are built from the request models in `protocol.py`.
+Their key may come in `x-api-key` and every error they answer with (a missing key included) is in Anthropic's
+shape: the app's `Dialects` give these paths that (`auth/dialects.py`). The bodies are validated by the
+endpoints themselves, so FastAPI is only told their schemas (built from the request models in `protocol.py`).
 `anthropic-version` (and `anthropic-beta`) headers are accepted and not needed: there is one version here.
 """
 
 from __future__ import annotations
 
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
 from tokenrelay.anthropic.messages.errors import error_response
 from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
 from tokenrelay.anthropic.messages.serving import count_tokens, create_message
 from tokenrelay.apidoc.errors import AnthropicError
-from tokenrelay.apidoc.operations import lane_operation
+from tokenrelay.apidoc.operations import answers, json_body
 from tokenrelay.auth.bearer import scope_api_key
-from tokenrelay.openai.lane import Route
+from tokenrelay.auth.dialects import Dialect
+from tokenrelay.openai.direct_route import DirectRoute
 
+PREFIX = "/v1/messages"
+DIALECT = Dialect(key=scope_api_key, error=error_response)
 # Anthropic's statuses: its overloaded answer is 529.
 ERRORS = (400, 401, 404, 413, 429, 500, 502, 503, 529)
 
+router = APIRouter(route_class=DirectRoute)
 
-def routes() -> dict[str, Route]:
-    create = lane_operation(
-        MessagesRequest,
-        summary="Create message",
-        answer="A message object, or with `stream: true` Anthropic's named stream events (SSE).",
-        statuses=ERRORS,
+
+@router.post(
+    PREFIX,
+    summary="Create message",
+    operation_id="create_message",
+    openapi_extra=json_body(MessagesRequest),
+    responses=answers(
+        "A message object, or with `stream: true` Anthropic's named stream events (SSE).",
+        ERRORS,
         error_body=AnthropicError,
-    )
-    count = lane_operation(
-        CountTokensRequest,
-        summary="Count message tokens",
-        answer='`{"input_tokens": n}`: the prompt\'s length in tokens.',
-        statuses=ERRORS,
-        error_body=AnthropicError,
-        streams=False,
-    )
-    return {
-        "/v1/messages": Route(create_message, error_response, scope_api_key, openapi=create),
-        "/v1/messages/count_tokens": Route(count_tokens, error_response, scope_api_key, openapi=count),
-    }
+    ),
+)
+async def create(request: Request) -> Response:
+    return await create_message(request)
+
+
+@router.post(
+    f"{PREFIX}/count_tokens",
+    summary="Count message tokens",
+    operation_id="count_message_tokens",
+    openapi_extra=json_body(CountTokensRequest),
+    responses=answers(
+        '`{"input_tokens": n}`: the prompt\'s length in tokens.', ERRORS, error_body=AnthropicError, streams=False
+    ),
+)
+async def count(request: Request) -> Response:
+    return await count_tokens(request)

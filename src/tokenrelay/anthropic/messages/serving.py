@@ -50,7 +50,7 @@ async def _create(request: Request, call: Call, services: CallServices) -> Respo
     if relays(backend, ENDPOINT):
         headers = forwarded_headers(request, ANTHROPIC_HEADERS)
         native = NativeRequest(ENDPOINT, loads(raw), chat, headers)
-        return await relayed_response(request, call, services, backend, native, error_body)
+        return await relayed_response(request, call, backend, native, error_body)
     call.backend = backend.kind
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
     events = observed(backend.chat(chat, call.request_id), call)

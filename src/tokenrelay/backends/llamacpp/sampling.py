@@ -217,7 +217,8 @@ class TokenSampler:
         self.counts[token] += 1
         draw = Draw(token)
         if wants_logprobs:
-            scaled = scaled or scale(row, 1.0)
+            if scaled is None:
+                scaled = scale(row, 1.0)
             draw.logprob = scaled.logprob(token)
             draw.top = scaled.top(p.top_logprobs or 0)
         return draw

@@ -3,6 +3,10 @@
 Each step gathers one token from every decoding sequence plus prompt tokens (see `planner`), decodes once,
 then samples each sequence with its own sampler. Jobs join and leave between steps; a job's prompt is
 evaluated once and its KV copied to the slots of its other choices.
+
+Background jobs (batch lines) come after interactive ones: they take a slot only when no interactive job waits
+and `interactive_slots` stay free, and they are left out of the steps while any interactive job runs (their
+cache kept), so a batch costs interactive requests neither a slot nor step time.
 """
 
 from __future__ import annotations
@@ -36,12 +40,12 @@ class Scheduler:
         self.settings = settings
         self.context = LlamaContext(model, settings)
         self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
-        self.chunk = settings.prefill_chunk  # prompt tokens per step
         self.stats = EngineStats()
         self.kernels_invariant: bool | None = None  # measured by the scheduler thread before its first step
         self._probed = threading.Event()
         self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
+        self._background: deque[Job] = deque()
         self._queued = 0
         self._serial = 0
         self._lock = threading.Lock()
@@ -61,12 +65,14 @@ class Scheduler:
         self.context.close()
 
     def submit(self, job: Job) -> None:
+        """Queue a job; an interactive one is refused (503) when the queue is full. Background jobs are never
+        refused: whoever submits them bounds how many it has in flight."""
         with self._lock:
-            if self._queued >= self.settings.queue_size + self.free_slots_hint():
+            if not job.background and self._queued >= self.settings.queue_size + self.free_slots_hint():
                 raise Overloaded(
                     "The server is at capacity for this model; retry shortly.", headers={"Retry-After": "1"}
                 )
-            self._queued += 1
+            self._queued += not job.background
             self._serial += 1
             job.serial = self._serial
         self._inbox.put(job)
@@ -76,7 +82,7 @@ class Scheduler:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._background)
 
     @property
     def busy_slots(self) -> int:
@@ -96,7 +102,9 @@ class Scheduler:
 
     def _probe(self) -> None:
         try:
-            self.kernels_invariant = kernels_invariant(self.model, self.context, self.settings.slots, self.chunk)
+            self.kernels_invariant = kernels_invariant(
+                self.model, self.context, self.settings.slots, self.settings.prefill_chunk
+            )
         except Exception:  # the probe only informs; serving goes on, reported as not invariant
             log.exception("the batch-invariance probe failed")
             self.kernels_invariant = False
@@ -111,13 +119,14 @@ class Scheduler:
     def _abandon_all(self, message: str) -> None:
         """Fail whatever is still running or waiting, so no caller waits forever on a stopped engine."""
         self._receive(block=False)
-        jobs = {id(j): j for j in self._waiting}
+        jobs = {id(j): j for j in (*self._waiting, *self._background)}
         for slot in self.slots:
-            job = slot.seq.job if slot.seq else slot.job
+            job = slot.holder
             if job is not None:
                 jobs[id(job)] = job
                 self._release(slot)
         self._waiting.clear()
+        self._background.clear()
         for job in jobs.values():
             self._sink(job, JobFailed(message, status=503))
 
@@ -126,10 +135,10 @@ class Scheduler:
 
     def _receive(self, block: bool) -> None:
         try:
-            job = self._inbox.get(block=block and not self._waiting)
+            job = self._inbox.get(block=block and not self._waiting and not self._background)
             while True:
                 if job is not None:
-                    self._waiting.append(job)
+                    (self._background if job.background else self._waiting).append(job)
                 job = self._inbox.get_nowait()
         except queue.Empty:
             return
@@ -138,8 +147,10 @@ class Scheduler:
         for job in [j for j in self._waiting if j.cancelled.is_set()]:
             self._waiting.remove(job)
             self._dequeued()
+        for job in [j for j in self._background if j.cancelled.is_set()]:
+            self._background.remove(job)
         for slot in self.slots:
-            job = slot.seq.job if slot.seq else slot.job
+            job = slot.holder
             if job is not None and job.cancelled.is_set():
                 self._release(slot)
 
@@ -156,13 +167,28 @@ class Scheduler:
             self._waiting.popleft()
             self._dequeued()
             self._place(job, free)
+        self._admit_background()
+
+    def _admit_background(self) -> None:
+        """Background jobs take the slots interactive ones leave: only while none waits, and leaving
+        `interactive_slots` free (a background job that needs more than that leaves may have every slot, when
+        nothing else runs)."""
+        while self._background and not self._waiting:
+            job = self._background[0]
+            free = [slot for slot in self.slots if slot.free]
+            spare = len(free) - self.settings.interactive_slots
+            if len(job.seqs) > spare and len(free) < len(self.slots):
+                return
+            if len(free) < len(job.seqs):
+                return
+            self._background.popleft()
+            self._place(job, free)
 
     def _place(self, job: Job, free: list[Slot]) -> None:
-        primary = self._slot_for(job, free)
+        primary, keep = self._slot_for(job, free)
         others = [slot for slot in sorted(free, key=lambda s: s.last_job) if slot is not primary][: len(job.seqs) - 1]
         for slot in (primary, *others):
             slot.last_job = job.serial
-        keep = self._reusable(primary, job)
         if not self.context.keep_prefix(primary.seq_id, keep):
             self.context.clear(primary.seq_id)
             keep = 0
@@ -173,13 +199,16 @@ class Scheduler:
         for slot in others:
             slot.job, slot.primary = job, primary
 
-    def _slot_for(self, job: Job, free: list[Slot]) -> Slot:
+    def _slot_for(self, job: Job, free: list[Slot]) -> tuple[Slot, int]:
         """The free slot holding the longest prefix of the prompt, if it holds at least half of it; else the slot
-        idle the longest, so that a prompt sharing little with any cache does not evict a long one for it."""
-        best = max(free, key=lambda s: self._reusable(s, job))
-        if 2 * self._reusable(best, job) >= len(job.prompt):
-            return best
-        return min(free, key=lambda s: s.last_job)
+        idle the longest, so that a prompt sharing little with any cache does not evict a long one for it. With
+        the slot, how many of its cached tokens the job keeps."""
+        reusable = {slot.seq_id: self._reusable(slot, job) for slot in free}
+        best = max(free, key=lambda s: reusable[s.seq_id])
+        if 2 * reusable[best.seq_id] >= len(job.prompt):
+            return best, reusable[best.seq_id]
+        oldest = min(free, key=lambda s: s.last_job)
+        return oldest, reusable[oldest.seq_id]
 
     def _reusable(self, slot: Slot, job: Job) -> int:
         """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt (generated tokens
@@ -191,9 +220,10 @@ class Scheduler:
 
     def _step(self) -> None:
         step_started = time.perf_counter()
-        decoding = [s.seq_id for s in self.slots if s.seq is not None]
-        prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order()]
-        plan = plan_step(decoding, prefilling, self.chunk)
+        serving = self._served_now()
+        decoding = [s.seq_id for s in serving if s.seq is not None]
+        prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order(serving)]
+        plan = plan_step(decoding, prefilling, self.settings.prefill_chunk)
         self.stats.steps += 1
         if not self._pass(plan.decode, plan.prefill):
             return
@@ -229,9 +259,15 @@ class Scheduler:
             self._after_prefill_chunk(slot, first_row, start)
         return True
 
-    def _prefill_order(self) -> list[Slot]:
+    def _served_now(self) -> list[Slot]:
+        """The busy slots this step serves: background jobs wait while any interactive job runs."""
+        busy = [s for s in self.slots if not s.free]
+        interactive = [s for s in busy if s.holder is not None and not s.holder.background]
+        return interactive or busy
+
+    def _prefill_order(self, serving: list[Slot]) -> list[Slot]:
         """Prompts are evaluated first come, first served."""
-        slots = [s for s in self.slots if s.job is not None and s.primary is None and s.pending]
+        slots = [s for s in serving if s.job is not None and s.primary is None and s.pending]
         return sorted(slots, key=lambda s: s.job.serial)
 
     def _add_prompt_chunk(self, slot: Slot, take: int) -> tuple[Slot, int, int]:
@@ -355,7 +391,7 @@ class Scheduler:
         log.error("llama_decode failed; failing the requests in this step")
         failed: dict[int, Job] = {}
         for slot in self.slots:
-            job = slot.seq.job if slot.seq else slot.job
+            job = slot.holder
             if job is None:
                 continue
             self.context.clear(slot.seq_id)

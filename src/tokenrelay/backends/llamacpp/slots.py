@@ -36,6 +36,11 @@ class Slot:
     def free(self) -> bool:
         return self.seq is None and self.job is None
 
+    @property
+    def holder(self) -> Job | None:
+        """The job whose sequence this slot decodes or will."""
+        return self.seq.job if self.seq is not None else self.job
+
 
 @dataclass
 class EngineStats:

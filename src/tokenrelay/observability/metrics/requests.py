@@ -132,8 +132,8 @@ class RequestMetrics:
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # `labels()` validates and looks up its arguments on every call; the children are kept here by their
-        # label values instead. Label
-        # values are bounded already (served model ids, key names), and series are never removed.
+        # label values instead. Label values are bounded already (served model ids, key names), and series are
+        # never removed.
         index = (id(metric), *labels)
         child = self._children.get(index)
         if child is None:

@@ -1,4 +1,4 @@
-"""What `/v1/chat/completions` parses, asks of a backend and renders (served by `tokenrelay.openai.lane`)."""
+"""What `/v1/chat/completions` parses, asks of a backend and renders (its route: `router.py`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`POST /v1/embeddings` as a FastAPI route.
+"""`POST /v1/embeddings`: the route, listed in /openapi.json with its request and answer schemas.
 
-Not in the generation lane: an embedding costs a decode (milliseconds to seconds), so the router's few
-microseconds do not matter, and as a route it is listed in /openapi.json with its request and answer schemas.
 The app's middlewares give it its request id and authenticate it, as for every /v1 path.
 """
 
@@ -12,12 +10,13 @@ from starlette.responses import Response
 
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
+from tokenrelay.openai.direct_route import DirectRoute
 from tokenrelay.openai.embeddings.protocol import EmbeddingList
 from tokenrelay.openai.embeddings.serving import ENDPOINT, respond
 from tokenrelay.openai.serving import run_call
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
-router = APIRouter()
+router = APIRouter(route_class=DirectRoute)
 
 # The body is read and validated by the endpoint itself (strictly, with OpenAI-style 400s), so FastAPI is
 # only told its schema.

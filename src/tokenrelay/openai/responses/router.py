@@ -1,10 +1,7 @@
 """`/v1/responses` routes: create, retrieve, delete, and list a response's input items.
 
-Served as a FastAPI router rather than through the generation lane: the lane serves the two hot generation
-paths with as little in front of them as possible, while these four routes (one of them generating) gain
-more from FastAPI than they lose: path parameters, methods per path, the app's error handlers and key-auth
-middleware, and a place in /openapi.json (the request schema is the pydantic model's). The body is still
-read and validated by the endpoint itself, so bad input gets the API's 400s, not FastAPI's 422s.
+The body of a new response is read and validated by the endpoint itself, so bad input gets the API's 400s,
+not FastAPI's 422s; FastAPI is only told its schema.
 
 A response that a node made and keeps (a native relay) is read, listed and deleted at that node: the gateway
 checks that the caller's key made it, then forwards the call (the node sees only the gateway's own key).
@@ -19,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from tokenrelay.apidoc.errors import error_responses
-from tokenrelay.apidoc.operations import SSE, SSE_EVENT, json_body
+from tokenrelay.apidoc.operations import answers, json_body
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.errors import NotFound, UpstreamError
@@ -28,16 +25,11 @@ from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import item_list
 from tokenrelay.openai.responses.serving import create_response
 from tokenrelay.openai.responses.store import ResponseStore, StoredResponse
+from tokenrelay.openai.serving import GENERATION_ERRORS
 
 router = APIRouter()
 
-_CREATED = {
-    200: {
-        "description": "A response object, or with `stream: true` a stream of response events (SSE).",
-        "content": {"application/json": {"schema": {"type": "object"}}, SSE: {"schema": SSE_EVENT}},
-    },
-    **error_responses(400, 404, 413, 429, 502, 503),
-}
+_CREATED = answers("A response object, or with `stream: true` a stream of response events (SSE).", GENERATION_ERRORS)
 _FOUND = error_responses(404)
 
 

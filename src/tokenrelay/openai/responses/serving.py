@@ -89,7 +89,7 @@ async def _relay(request: Request, call: Call, services: CallServices, body: Res
     backend = await services.admit(call, chat)
     native = NativeRequest(ENDPOINT, loads(raw), chat, node=node)
     keep = functools.partial(_keep, store, call.key_id, body.model)
-    return await relayed_response(request, call, services, backend, native, error_event, keep)
+    return await relayed_response(request, call, backend, native, error_event, keep)
 
 
 async def _holder(store: ResponseStore, body: ResponsesRequest, key_id: str | None) -> str | None:

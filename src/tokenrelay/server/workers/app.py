@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from fastapi import FastAPI
+
 from tokenrelay.observability.logs import configure_logging
-from tokenrelay.openai.lane import GenerationLane
 from tokenrelay.server.app import create_app
 from tokenrelay.server.workers.handover import settings_from_env
 
 
-def worker_app() -> GenerationLane:
+def worker_app() -> FastAPI:
     settings = settings_from_env()
     configure_logging(settings.log_level, settings.log_format)  # a spawned process starts without our handlers
     return create_app(settings)

@@ -74,10 +74,10 @@ class FakeServices:
 
 
 def serve(tmp_path: Path, script: list[Event | Exception]) -> tuple[TestClient, FakeServices]:
-    lane = create_app(Settings(data_dir=str(tmp_path), models=[]))
+    app = create_app(Settings(data_dir=str(tmp_path), models=[]))
     services = FakeServices(ScriptedBackend(script))
-    lane.app.state.services = services  # no lifespan: nothing else is needed here
-    return TestClient(lane, headers={"x-api-key": "the-key", "anthropic-version": "2023-06-01"}), services
+    app.state.services = services  # no lifespan: nothing else is needed here
+    return TestClient(app, headers={"x-api-key": "the-key", "anthropic-version": "2023-06-01"}), services
 
 
 def sse_events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:

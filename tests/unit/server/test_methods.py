@@ -1,4 +1,4 @@
-"""The generation paths answer methods other than POST as FastAPI would: a 405 naming POST, after the key check."""
+"""The generation paths answer methods other than POST with a 405 naming POST, after the key check."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ class OneKey:
 
 @pytest.fixture
 def client(tmp_path: Path) -> TestClient:
-    lane = create_app(Settings(data_dir=str(tmp_path), models=[]))
-    lane.app.state.services = SimpleNamespace(verifier=OneKey())  # no lifespan: nothing else is needed here
-    return TestClient(lane, headers={"Authorization": "Bearer the-key"})
+    app = create_app(Settings(data_dir=str(tmp_path), models=[]))
+    app.state.services = SimpleNamespace(verifier=OneKey())  # no lifespan: nothing else is needed here
+    return TestClient(app, headers={"Authorization": "Bearer the-key"})
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> None:
@@ -39,10 +39,10 @@ def assert_openai_error(response: httpx.Response, status: int) -> None:
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
 def test_a_generation_path_takes_post_only(client: TestClient, path: str, method: str) -> None:
-    response = client.request(method, path, headers={"X-Request-ID": "lane-405"})
+    response = client.request(method, path, headers={"X-Request-ID": "wrong-method"})
     assert_openai_error(response, 405)
     assert response.headers["allow"] == "POST"
-    assert response.headers["x-request-id"] == "lane-405"
+    assert response.headers["x-request-id"] == "wrong-method"
     assert "POST" in response.json()["error"]["message"]
 
 
@@ -56,3 +56,17 @@ def test_fastapis_own_405s_name_the_allowed_methods_too(client: TestClient) -> N
     response = client.post("/v1/models")
     assert_openai_error(response, 405)
     assert "GET" in response.headers["allow"].split(", ")
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_anthropic_paths_answer_a_wrong_method_in_anthropics_shape(client: TestClient, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert response.json()["type"] == "error" and set(response.json()["error"]) == {"type", "message"}
+
+
+def test_anthropic_paths_refuse_a_wrong_key_in_anthropics_shape(client: TestClient) -> None:
+    response = client.post("/v1/messages", json={}, headers={"Authorization": "", "x-api-key": "wrong"})
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "authentication_error"

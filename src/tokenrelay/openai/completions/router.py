@@ -1,0 +1,32 @@
+"""`POST /v1/completions`: the route, its body's schema and its answers in /openapi.json.
+
+The body is read and validated by the endpoint itself (`openai/parsing.py`), strictly and with the API's 400s,
+so FastAPI is only told its schema.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from tokenrelay.apidoc.operations import answers, json_body
+from tokenrelay.openai.completions.serving import CompletionsEndpoint
+from tokenrelay.openai.direct_route import DirectRoute
+from tokenrelay.openai.serving import GENERATION_ERRORS, handle
+from tokenrelay.protocol.completions import CompletionRequest
+
+router = APIRouter(route_class=DirectRoute)
+ENDPOINT = CompletionsEndpoint()
+
+
+@router.post(
+    "/v1/completions",
+    summary="Create completion",
+    operation_id="create_completion",
+    openapi_extra=json_body(CompletionRequest),
+    responses=answers(
+        "A text_completion object, or with `stream: true` its chunks (SSE, ending with [DONE]).", GENERATION_ERRORS
+    ),
+)
+async def create_completion(request: Request) -> Response:
+    return await handle(request, ENDPOINT)

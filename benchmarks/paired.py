@@ -4,7 +4,7 @@ Run from a checkout: `python benchmarks/paired.py before=/tmp/old/src after=src`
 `gateway.py`, whose helpers it uses). Each `name=path` is a tokenrelay `src` directory, e.g. a `git worktree`
 of an older commit; `name=path,VAR=value` also sets environment variables for that one. All of them start
 against the same mock node, and are then loaded with wrk in alternating order, round after round (so a noisy
-machine affects them alike). For each it prints requests/s, its CPU time per request and the mock node's
+machine affects them alike). For each it prints requests/s, the p50 latency, its CPU time per request and the mock node's
 CPU time per request (what the node spends on what tokenrelay sends it), with medians at the end; `--direct`
 adds the mock node loaded directly, for the ratio the issue's target is set in.
 Not part of the test run: figures depend on the machine and on whatever else it is doing.
@@ -32,14 +32,14 @@ def start(stack: ExitStack, work: Path, node: gateway.Target, variant: str, work
     return gateway.start_tokenrelay(stack, work, node, None, None, workers, name=name, env=env)
 
 
-Figures = tuple[float, float, float]  # requests/s, CPU us per request, the node's CPU us per request
+Figures = tuple[float, float, float, float]  # requests/s, p50 ms, CPU us per request, the node's CPU us per request
 
 
 def measure(
     target: gateway.Target, node: gateway.Target, stream: bool, args: argparse.Namespace, work: Path
 ) -> Figures:
     result = gateway.run_wrk(target, stream, args.connections, args.seconds, work, node_pid=node.pid)
-    return result.rps, result.cpu_us or 0.0, result.node_cpu_us or 0.0
+    return result.rps, result.p50_ms, result.cpu_us or 0.0, result.node_cpu_us or 0.0
 
 
 def main() -> int:
@@ -66,14 +66,14 @@ def main() -> int:
                     print(f"round {number} {mode:<6} {target.name:<12} {_cells(figures)}", flush=True)
     print(f"\nmedians of {args.rounds} rounds, concurrency {args.connections}, tokenrelay --workers {args.workers}")
     for (name, mode), runs in sorted(results.items(), key=lambda item: (item[0][1], item[0][0])):
-        medians = tuple(statistics.median(run[i] for run in runs) for i in range(3))
+        medians = tuple(statistics.median(run[i] for run in runs) for i in range(4))
         print(f"{mode:<6} {name:<12} {_cells(medians)}")  # type: ignore[arg-type]
     return 0
 
 
 def _cells(figures: Figures) -> str:
-    rps, cpu_us, node_us = figures
-    return f"{rps:9.0f} req/s  cpu {cpu_us:6.1f} us/req  node {node_us:5.1f} us/req"
+    rps, p50_ms, cpu_us, node_us = figures
+    return f"{rps:9.0f} req/s  p50 {p50_ms:6.2f} ms  cpu {cpu_us:6.1f} us/req  node {node_us:5.1f} us/req"
 
 
 if __name__ == "__main__":

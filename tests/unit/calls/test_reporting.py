@@ -10,7 +10,7 @@ from event_loops import on_both_loops
 
 from tokenrelay.calls.record import Call
 from tokenrelay.calls.reporting import FinishedCalls, Observer
-from tokenrelay.server.write_batching import write_batch
+from tokenrelay.server.write_batching import TurnBufferedTransport
 
 
 def calls(n: int) -> list[Call]:
@@ -35,18 +35,30 @@ async def test_the_calls_of_a_turn_are_reported_in_the_next_turn_observer_by_obs
     assert seen[-2:] == [("log", "r0"), ("ledger", "r0")]  # a later turn's calls get a report of their own
 
 
+class RecordingTransport:
+    """The socket's transport, as far as a held write's flush sees it."""
+
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        self.order.append(f"sent {data.decode()}")
+
+
 @on_both_loops
 async def test_a_write_held_before_a_call_is_reported_goes_out_before_its_observers_run() -> None:
     """What lets a call be reported after its response's last write (`openai.serving.Ending`): the held
-    write's flush (`turnwrites`) was queued first, so the bytes leave before the log line, metrics and ledger
-    row are made."""
+    write's flush was queued first, so the bytes leave before the log line, metrics and ledger row are made."""
     order: list[str] = []
-    flushes = write_batch()
+    transport = TurnBufferedTransport(RecordingTransport(order), asyncio.get_running_loop())  # type: ignore[arg-type]
     finished = FinishedCalls([lambda call: order.append(f"observed {call.request_id}")])
-    flushes.add(lambda: order.append("flushed"))
+    transport.write(b"last chunk")
     finished.add(calls(1)[0])
     await asyncio.sleep(0)
-    assert order == ["flushed", "observed r0"]
+    assert order == ["sent last chunk", "observed r0"]
 
 
 @on_both_loops

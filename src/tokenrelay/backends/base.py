@@ -160,6 +160,17 @@ class ModelCard:
     context_length: int | None = None
 
 
+@dataclass(slots=True)
+class Ticket:
+    """What a backend is told about the call it serves, besides the request, and what it tells back outside the
+    events: a generation closed before its end (client gone, shutdown) yields no final `Usage`, so the backend
+    puts what it consumed here on the way out."""
+
+    request_id: str
+    background: bool = False  # a batch line: served in the capacity interactive calls leave free
+    consumed: Usage | None = None
+
+
 class Backend(Protocol):
     """A model's executor: the embedded engine or a set of upstream nodes."""
 
@@ -168,13 +179,13 @@ class Backend(Protocol):
 
     def fingerprint(self) -> str: ...
 
-    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]: ...
+    def chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Events]: ...
 
-    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]: ...
+    def complete(self, request: CompletionRequest, ticket: Ticket) -> AsyncIterator[Events]: ...
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount: ...
 
-    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings: ...
+    async def embed(self, request: EmbeddingRequest, ticket: Ticket) -> Embeddings: ...
 
     async def start(self) -> None: ...
 

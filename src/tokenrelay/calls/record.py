@@ -10,11 +10,21 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tokenrelay.backends.base import Event, Events, Finish, Raw, Served, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.base import (
+    Event,
+    Events,
+    Finish,
+    Raw,
+    Served,
+    TextDelta,
+    TextRun,
+    Ticket,
+    ToolCallDelta,
+    Usage,
+)
 from tokenrelay.errors import APIError
 
 if TYPE_CHECKING:
@@ -22,10 +32,6 @@ if TYPE_CHECKING:
     from tokenrelay.limits.limiter import Reservation
 
 log = logging.getLogger(__name__)
-
-# The call being served by the current task. Backends read it to report partial usage when a client goes
-# away mid-generation (no final Usage event can be yielded then) and the node that served the call.
-current_call: ContextVar[Call | None] = ContextVar("tokenrelay_current_call", default=None)
 
 
 @dataclass
@@ -54,6 +60,10 @@ class Call:
     reservation: Reservation | None = None  # what admission reserved against the key's limits
     tokens_seen: int = 0  # generated tokens observed in the events, for calls that end without a usage report
     usage_reported: bool = False
+    ticket: Ticket = field(init=False)  # what the backend is handed, and what it reports back on the way out
+
+    def __post_init__(self) -> None:
+        self.ticket = Ticket(self.request_id)
 
     @property
     def ttft(self) -> float | None:
@@ -96,7 +106,7 @@ class Call:
     def estimate_usage(self) -> None:
         """For a call cut short (client gone, shutdown, failure) before the backend reported usage: the
         tokens it produced, counted from the events, marked as an estimate. Backends report prompt tokens
-        only with the final usage unless they call `report_usage` on the way out (the embedded engine does),
+        only with the final usage unless they put what they consumed on the call's ticket (the engine does),
         so an aborted call's prompt may be missing from an estimate."""
         if not self.usage_reported and self.tokens_seen:
             self.usage = Usage(completion_tokens=self.tokens_seen, estimated=True)
@@ -128,6 +138,8 @@ async def observed(batches: AsyncIterator[Events], call: Call) -> AsyncIterator[
         # Close the backend's generator first, so whatever it records on the way out (partial usage of a
         # cancelled generation) is on the call before the call is reported.
         await aclose_quietly(batches)
+        if call.ticket.consumed is not None:
+            call.report_usage(call.ticket.consumed)
         call.ended = time.monotonic()
         call.estimate_usage()
 

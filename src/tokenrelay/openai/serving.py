@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from tokenrelay.backends.base import Backend, Events
-from tokenrelay.calls.record import Call, ClientGone, current_call, observed, record_failure
+from tokenrelay.backends.base import Backend, Events, Ticket
+from tokenrelay.calls.record import Call, ClientGone, observed, record_failure
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.openai.call_services import CallServices
@@ -34,7 +34,7 @@ class Endpoint(Protocol):
 
     def meta_extra(self, body: Any) -> dict[str, Any]: ...
 
-    def events(self, backend: Backend, body: Any, request_id: str) -> AsyncIterator[Events]: ...
+    def events(self, backend: Backend, body: Any, ticket: Ticket) -> AsyncIterator[Events]: ...
 
     def chunks(self, body: Any, meta: ResponseMeta, events: AsyncIterator[Events]) -> AsyncIterator[list[Chunk]]: ...
 
@@ -59,7 +59,6 @@ async def run_call(request: Request, endpoint_name: str, work: CallWork) -> Resp
     (`Ending`), however that ends (sent, client gone, shutdown)."""
     services = request.app.state.services
     call = Call(request_id=request_id_of(request.scope), endpoint=endpoint_name, model="")
-    current_call.set(call)
     services.begin_call(call, request)
     end = functools.partial(services.end_call, call)
     try:
@@ -110,7 +109,7 @@ async def _generate(endpoint: Endpoint, request: Request, call: Call, services: 
         include_usage=body.include_usage,
         **endpoint.meta_extra(body),
     )
-    events = observed(endpoint.events(backend, body, call.request_id), call)
+    events = observed(endpoint.events(backend, body, call.ticket), call)
 
     async def whole() -> dict[str, Any]:
         return endpoint.body(body, meta, await collect(events))

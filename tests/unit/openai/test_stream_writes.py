@@ -18,7 +18,7 @@ from upstream_fakes import (
     usage_chunk,
 )
 
-from tokenrelay.backends.base import Events, Finish, TextDelta
+from tokenrelay.backends.base import Events, Finish, TextDelta, Ticket
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.render import ResponseMeta
 from tokenrelay.openai.serving import Ending, streamed
@@ -63,7 +63,7 @@ async def test_the_texts_of_one_read_from_a_node_are_one_write(nodes: FakeNodes)
     first = sse(chunk("", role="assistant"), chunk("a"), chunk("b"), done=False)
     second = sse(chunk("c"), chunk(finish="stop"), usage_chunk(3, 3))
     nodes.on("a", Stream([first, second], pause=0.1).respond)
-    writes = await writes_of(nodes.backend("a").chat(chat(stream=True), "rid"))
+    writes = await writes_of(nodes.backend("a").chat(chat(stream=True), Ticket("rid")))
     assert [len(w) for w in writes] == [3, 2, 1], writes  # the usage is not asked for: no write of its own
     opening, a, b = writes[0]
     assert '"role":"assistant"' in content(opening) and '"content":"a"' in content(a) and '"content":"b"' in content(b)
@@ -74,7 +74,7 @@ async def test_the_texts_of_one_read_from_a_node_are_one_write(nodes: FakeNodes)
 async def test_a_node_sending_chunk_by_chunk_gets_a_write_per_chunk(nodes: FakeNodes) -> None:
     parts = [sse(chunk("", role="assistant"), done=False)] + [sse(chunk(w), done=False) for w in "xyz"]
     nodes.on("a", Stream([*parts, sse(chunk(finish="stop"))], pause=0.05).respond)
-    writes = await writes_of(nodes.backend("a").chat(chat(stream=True), "rid"))
+    writes = await writes_of(nodes.backend("a").chat(chat(stream=True), Ticket("rid")))
     # The role chunk alone makes no event, so the first write is the opening with "x"; then one per event.
     assert [len(w) for w in writes] == [2, 1, 1, 1, 1]
     assert '"content":"z"' in content(writes[2][0]) and writes[-1] == [b"data: [DONE]\n\n"]

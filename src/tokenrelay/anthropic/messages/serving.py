@@ -53,7 +53,7 @@ async def _create(request: Request, call: Call, services: CallServices) -> Respo
         return await relayed_response(request, call, backend, native, error_body)
     call.backend = backend.kind
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
-    events = observed(backend.chat(chat, call.request_id), call)
+    events = observed(backend.chat(chat, call.ticket), call)
 
     async def whole() -> dict[str, Any]:
         return message_body(meta, await collect(events))

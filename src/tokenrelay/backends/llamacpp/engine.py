@@ -13,7 +13,17 @@ from pathlib import Path
 import llama_cpp
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Embeddings, Event, Events, ModelCard, PromptCount, TextDelta, TokenLogprob, Usage
+from tokenrelay.backends.base import (
+    Embeddings,
+    Event,
+    Events,
+    ModelCard,
+    PromptCount,
+    TextDelta,
+    Ticket,
+    TokenLogprob,
+    Usage,
+)
 from tokenrelay.backends.llamacpp import prompts
 from tokenrelay.backends.llamacpp.choices import Candidate, PromptRun, partial_usage, translate
 from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
@@ -30,7 +40,6 @@ from tokenrelay.backends.llamacpp.structured.toolstream import tool_events
 from tokenrelay.backends.llamacpp.structured.vocabulary import GrammarVocabulary
 from tokenrelay.backends.llamacpp.templates import ChatTemplate, template_for
 from tokenrelay.backends.llamacpp.textstream import TextStream
-from tokenrelay.calls.record import current_call
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import APIError, InvalidRequest
 from tokenrelay.observability.progress import Progress
@@ -193,10 +202,10 @@ class LlamaCppBackend:
         return self.scheduler.context.n_ctx_seq
 
     # Requests -----------------------------------------------------------------------------------
-    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
+    def chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
         self._check_generates()
         prompts.reject_media(request)
-        return one_by_one(self._chat(request))
+        return one_by_one(self._chat(request, ticket))
 
     async def count_chat_prompt(self, request: ChatCompletionRequest) -> PromptCount:
         """The tokens `chat(request)` would evaluate as its prompt: the same template, tools and tokenizer."""
@@ -217,21 +226,21 @@ class LlamaCppBackend:
         prompt = prompts.chat_prompt(self.model, self.template, messages, tools, continued, opened)
         return prompt, output
 
-    async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Event]:
+    async def _chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Event]:
         tokens, output = await self._chat_prompt(request)
         limit = request.token_limit
         max_tokens = limit if limit is not None else self.n_ctx - len(tokens)
         self._check(request, len(tokens), max_tokens, "messages")
         top = (request.top_logprobs or 0) if request.logprobs else None
         run = PromptRun(tokens=tokens, first_index=0)
-        events = self._generate(request, [run], max_tokens, top, request.choices, None, output.grammar)
+        events = self._generate(request, ticket, [run], max_tokens, top, request.choices, None, output.grammar)
         if output.tools is not None:
             events = tool_events(events, output.tools)
         async with aclosing(events):
             async for event in events:
                 yield event
 
-    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
+    def complete(self, request: CompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
         self._check_generates()
         runs = [self._completion_run(request, prompt, i * request.choices) for i, prompt in enumerate(request.prompts)]
         max_tokens = request.token_limit
@@ -243,10 +252,10 @@ class LlamaCppBackend:
             )
         prompt_logprobs = request.logprobs if request.echo and request.logprobs is not None else None
         return one_by_one(
-            self._generate(request, runs, max_tokens, request.logprobs, request.candidates, prompt_logprobs)
+            self._generate(request, ticket, runs, max_tokens, request.logprobs, request.candidates, prompt_logprobs)
         )
 
-    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+    async def embed(self, request: EmbeddingRequest, ticket: Ticket) -> Embeddings:
         if self.embedder is None:
             raise InvalidRequest(f"The model `{self.card.id}` serves no embeddings.", param="model")
         return await self.embedder.embed(request)
@@ -292,6 +301,7 @@ class LlamaCppBackend:
     async def _generate(
         self,
         request: GenerationRequest,
+        ticket: Ticket,
         runs: list[PromptRun],
         max_tokens: int,
         top: int | None,
@@ -311,8 +321,16 @@ class LlamaCppBackend:
             def sink(event: object, number: int = number) -> None:
                 loop.call_soon_threadsafe(inbox.put_nowait, (number, event))
 
-            jobs.append(Job(run.tokens, plans, sink, prompt_logprobs=prompt_logprobs, echo_from=run.echo_from))
-        call = current_call.get()
+            jobs.append(
+                Job(
+                    run.tokens,
+                    plans,
+                    sink,
+                    prompt_logprobs=prompt_logprobs,
+                    echo_from=run.echo_from,
+                    background=ticket.background,
+                )
+            )
         finished = False
         try:
             for job in jobs:
@@ -323,8 +341,8 @@ class LlamaCppBackend:
         finally:
             for job in jobs:
                 job.cancel()
-            if not finished and call is not None:
-                call.report_usage(partial_usage(jobs))
+            if not finished:
+                ticket.consumed = partial_usage(jobs)
 
     async def _constraints(self, grammar: str, count: int) -> list[GrammarConstraint]:
         """One grammar state per sequence. Compiling a large grammar can take a while, so it runs off the loop;

@@ -18,7 +18,7 @@ from contextlib import aclosing
 from typing import TypeVar
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Embeddings, Events, ModelCard, PromptCount, Served
+from tokenrelay.backends.base import Embeddings, Events, ModelCard, PromptCount, Served, Ticket
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
 from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text, prompt_tokens
@@ -98,11 +98,11 @@ class RoutedBackend:
     def fingerprint(self) -> str:
         return self._fingerprint
 
-    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
-        return self._serve(request, self._members, lambda member: member.events(request, request_id))
+    def chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
+        return self._serve(request, self._members, lambda member: member.events(request, ticket))
 
-    def complete(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
-        return self._serve(request, self._members, lambda member: member.events(request, request_id))
+    def complete(self, request: CompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
+        return self._serve(request, self._members, lambda member: member.events(request, ticket))
 
     # Native relay -------------------------------------------------------------------------------
     def relays(self, api: NativeApi) -> bool:
@@ -161,10 +161,10 @@ class RoutedBackend:
         )
         return count
 
-    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+    async def embed(self, request: EmbeddingRequest, ticket: Ticket) -> Embeddings:
         """The first member's answer that comes; a member that fails is passed over for the next, as for chat."""
         member, result = await self._first_answer(
-            lambda: self.members, lambda member: member.embed(request, request_id), timed=True
+            lambda: self.members, lambda member: member.embed(request, ticket), timed=True
         )
         result.served_by = Served(member.name, member.kind)
         return result

@@ -12,7 +12,7 @@ from contextlib import aclosing
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from tokenrelay.backends.base import Backend, Embeddings, Events, PromptCount
+from tokenrelay.backends.base import Backend, Embeddings, Events, PromptCount, Ticket
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
 from tokenrelay.backends.upstream.client import TRANSPORTS, NodeClient
 from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
@@ -47,9 +47,9 @@ class Member(Protocol):
     last_error: str | None
     retired: bool
 
-    def events(self, request: Request, request_id: str) -> AsyncIterator[Events]: ...
+    def events(self, request: Request, ticket: Ticket) -> AsyncIterator[Events]: ...
 
-    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings: ...
+    async def embed(self, request: EmbeddingRequest, ticket: Ticket) -> Embeddings: ...
 
     async def close(self) -> None: ...
 
@@ -103,9 +103,9 @@ class Node:
         self.last_error: str | None = None
         self.retired = False
 
-    def events(self, request: Request, request_id: str) -> AsyncIterator[Events]:
+    def events(self, request: Request, ticket: Ticket) -> AsyncIterator[Events]:
         exchange = self._exchange(request)
-        headers = trace_headers(request_id)
+        headers = trace_headers(ticket.request_id)
         meter = Meter(request, self.counter, self.template)
         return relay(self.client, exchange, headers, self.routing.timeouts, meter)
 
@@ -144,9 +144,11 @@ class Node:
         """The node's status and answer to a bodiless request under its URL (a stored response read or deleted)."""
         return await fetch(self.client, method, path, trace_headers(request_id), self.routing.timeouts)
 
-    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+    async def embed(self, request: EmbeddingRequest, ticket: Ticket) -> Embeddings:
         body = embedding_body(request, self.node_model)
-        answer = await exchange_json(self.client, "/embeddings", body, trace_headers(request_id), self.routing.timeouts)
+        answer = await exchange_json(
+            self.client, "/embeddings", body, trace_headers(ticket.request_id), self.routing.timeouts
+        )
         return embeddings_of(answer, request, self.counter)
 
     def _exchange(self, request: Request) -> Exchange:
@@ -193,12 +195,12 @@ class EmbeddedMember:
         self.last_error: str | None = None
         self.retired = False
 
-    async def events(self, request: Request, request_id: str) -> AsyncIterator[Events]:
+    async def events(self, request: Request, ticket: Ticket) -> AsyncIterator[Events]:
         try:
             if isinstance(request, ChatCompletionRequest):
-                source = self.backend.chat(request, request_id)
+                source = self.backend.chat(request, ticket)
             else:
-                source = self.backend.complete(request, request_id)
+                source = self.backend.complete(request, ticket)
             async with aclosing(source):
                 async for events in source:
                     yield events
@@ -206,9 +208,9 @@ class EmbeddedMember:
             # A full queue here is no reason to refuse the client while a node may have room.
             raise NodeFailure("engine busy", busy=True) from None
 
-    async def embed(self, request: EmbeddingRequest, request_id: str) -> Embeddings:
+    async def embed(self, request: EmbeddingRequest, ticket: Ticket) -> Embeddings:
         try:
-            return await self.backend.embed(request, request_id)
+            return await self.backend.embed(request, ticket)
         except Overloaded:
             raise NodeFailure("engine busy", busy=True) from None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Backend, Events
+from tokenrelay.backends.base import Backend, Events, Ticket
 from tokenrelay.openai.chat.render import ChatChunker, chat_response
 from tokenrelay.openai.render import Chunk, Collected, ResponseMeta
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -26,8 +26,8 @@ class ChatEndpoint:
     def meta_extra(self, body: ChatCompletionRequest) -> dict[str, Any]:
         return {"service_tier": body.service_tier}
 
-    def events(self, backend: Backend, body: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
-        return backend.chat(body, request_id)
+    def events(self, backend: Backend, body: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
+        return backend.chat(body, ticket)
 
     def chunks(
         self, body: ChatCompletionRequest, meta: ResponseMeta, events: AsyncIterator[Events]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tokenrelay.backends.base import Backend, Events
+from tokenrelay.backends.base import Backend, Events, Ticket
 from tokenrelay.openai.completions.render import CompletionChunker, completion_response
 from tokenrelay.openai.render import Chunk, Collected, ResponseMeta
 from tokenrelay.protocol.completions import CompletionRequest
@@ -22,8 +22,8 @@ class CompletionsEndpoint:
     def meta_extra(self, body: CompletionRequest) -> dict[str, Any]:
         return {}
 
-    def events(self, backend: Backend, body: CompletionRequest, request_id: str) -> AsyncIterator[Events]:
-        return backend.complete(body, request_id)
+    def events(self, backend: Backend, body: CompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
+        return backend.complete(body, ticket)
 
     def chunks(
         self, body: CompletionRequest, meta: ResponseMeta, events: AsyncIterator[Events]

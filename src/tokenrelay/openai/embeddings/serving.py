@@ -29,7 +29,7 @@ async def respond(request: Request, call: Call, services: CallServices) -> Respo
     call.backend = backend.kind
     check_settings(body, services.model_settings(body.model))
     with cancel_on_disconnect(request.receive):
-        result = await backend.embed(body, call.request_id)
+        result = await backend.embed(body, call.ticket)
     record(call, result)
     vectors = result.vectors
     if body.dimensions is not None:

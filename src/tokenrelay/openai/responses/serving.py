@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokenrelay.backends.base import Backend, Events
+from tokenrelay.backends.base import Backend, Events, Ticket
 from tokenrelay.backends.upstream.native import NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
@@ -69,7 +69,7 @@ async def _respond(request: Request, call: Call, services: CallServices) -> Resp
     call.backend = backend.kind
     head = ResponseHead(new_id("resp"), int(time.time()), body)
     save = functools.partial(_save, store, body, call.key_id, items, context)
-    events = observed(fitted(backend, body, conversation, chat, call.request_id), call)
+    events = observed(fitted(backend, body, conversation, chat, call.ticket), call)
     if body.stream:
         return await streamed(stream_payloads(ResponseStream(head), events, save), NamedFraming(error_event))
     # Not `stream_or_collect`: the save is outside the disconnect guard, so an answer that was made is stored.
@@ -158,14 +158,14 @@ async def fitted(
     body: ResponsesRequest,
     conversation: translate.Conversation,
     chat: ChatCompletionRequest,
-    request_id: str,
+    ticket: Ticket,
 ) -> AsyncIterator[Events]:
     """The backend's batches of events for the conversation. With `truncation: auto`, a conversation the model's context
     cannot hold loses its oldest items until it fits (the instructions stay); otherwise the error is a 400
     naming the input item it came from."""
     while True:
         try:
-            events, first = await _started(backend, chat, request_id)
+            events, first = await _started(backend, chat, ticket)
             break
         except APIError as exc:
             if exc.code != CONTEXT_FULL or body.truncation != "auto" or not conversation.drop_oldest():
@@ -182,11 +182,11 @@ async def fitted(
 
 
 async def _started(
-    backend: Backend, chat: ChatCompletionRequest, request_id: str
+    backend: Backend, chat: ChatCompletionRequest, ticket: Ticket
 ) -> tuple[AsyncIterator[Events], Events | None]:
     """The backend's batches and the first of them: a request it refuses is refused by then (some checks run
     when `chat` is called, the rest before the first event)."""
-    events = backend.chat(chat, request_id)
+    events = backend.chat(chat, ticket)
     try:
         return events, await anext(events, None)
     except BaseException:

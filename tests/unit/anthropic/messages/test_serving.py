@@ -39,7 +39,7 @@ class ScriptedBackend:
         self.script = script
         self.requests: list[ChatCompletionRequest] = []
 
-    async def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
+    async def chat(self, request: ChatCompletionRequest, ticket: object) -> AsyncIterator[Events]:
         self.requests.append(request)
         for item in self.script:
             if isinstance(item, Exception):

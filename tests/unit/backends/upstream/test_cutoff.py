@@ -24,7 +24,7 @@ from upstream_fakes import (
     usage_chunk,
 )
 
-from tokenrelay.backends.base import Finish, TextDelta, TextRun, TokenLogprob, Usage
+from tokenrelay.backends.base import Finish, TextDelta, TextRun, Ticket, TokenLogprob, Usage
 from tokenrelay.backends.upstream.cutoff import Cutoff
 from tokenrelay.backends.upstream.metering import ApproxCounter
 
@@ -48,14 +48,14 @@ def finishes(events: list[object]) -> list[Finish]:
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
 async def test_the_node_is_asked_for_max_tokens(nodes: FakeNodes, field: str) -> None:
     nodes.on("a", answer(lambda: web.json_response(chat_body("hi"))))
-    await drain(nodes.backend("a").chat(chat(**{field: 5}), "rid"))
+    await drain(nodes.backend("a").chat(chat(**{field: 5}), Ticket("rid")))
     [body] = nodes.bodies("a")
     assert body["max_tokens"] == 5 and "max_completion_tokens" not in body
 
 
 async def test_completions_ask_for_the_documented_default_of_16(nodes: FakeNodes) -> None:
     nodes.on("a", answer(lambda: web.json_response({"choices": [{"index": 0, "text": "x", "finish_reason": "stop"}]})))
-    await drain(nodes.backend("a").complete(completion(), "rid"))
+    await drain(nodes.backend("a").complete(completion(), Ticket("rid")))
     assert nodes.bodies("a")[0]["max_tokens"] == 16
 
 
@@ -63,7 +63,7 @@ async def test_completions_ask_for_the_documented_default_of_16(nodes: FakeNodes
 async def test_a_stream_that_runs_past_the_limit_is_cut_and_billed_at_the_limit(nodes: FakeNodes, choices: int) -> None:
     stream = Stream([runaway(choices)[i : i + 200] for i in range(0, len(runaway(choices)), 200)], pause=0.001)
     nodes.on("a", stream.respond)
-    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=5, n=choices), "rid"))
+    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=5, n=choices), Ticket("rid")))
     for index in range(choices):
         mine = [e for e in events if isinstance(e, TextDelta | TextRun) and e.index == index]
         assert text_of(mine) == "".join(WORDS[:5])
@@ -77,7 +77,7 @@ async def test_a_stream_that_runs_past_the_limit_is_cut_and_billed_at_the_limit(
 async def test_a_node_that_honours_the_limit_is_passed_through(nodes: FakeNodes) -> None:
     body = sse(*[chunk(word) for word in WORDS[:5]], chunk(finish="length"), usage_chunk(9, 5))
     nodes.on("a", answer(lambda: event_stream(body)))
-    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=5), "rid"))
+    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=5), Ticket("rid")))
     assert text_of(events) == "".join(WORDS[:5])
     assert finishes(events) == [Finish(0, "length")] and events[-1] == Usage(9, 5, 0)
 
@@ -85,7 +85,7 @@ async def test_a_node_that_honours_the_limit_is_passed_through(nodes: FakeNodes)
 async def test_an_answer_that_stops_at_the_limit_keeps_the_nodes_finish(nodes: FakeNodes) -> None:
     body = sse(*[chunk(word) for word in WORDS[:5]], chunk(finish="stop"), usage_chunk(9, 5))
     nodes.on("a", answer(lambda: event_stream(body)))
-    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=5), "rid"))
+    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=5), Ticket("rid")))
     assert finishes(events) == [Finish(0, "stop")]
 
 
@@ -93,7 +93,7 @@ async def test_a_whole_answer_past_the_limit_is_cut_to_it(nodes: FakeNodes) -> N
     usage = {"prompt_tokens": 9, "completion_tokens": 50, "total_tokens": 59}
     nodes.on("a", answer(lambda: web.json_response(chat_body("".join(WORDS), usage))))
     backend = nodes.backend("a")
-    events = await drain(backend.chat(chat(max_tokens=5), "rid"))
+    events = await drain(backend.chat(chat(max_tokens=5), Ticket("rid")))
     text = text_of(events)
     assert text and "".join(WORDS).startswith(text) and backend.counter.count(text) <= 5
     assert finishes(events) == [Finish(0, "length")]
@@ -103,7 +103,7 @@ async def test_a_whole_answer_past_the_limit_is_cut_to_it(nodes: FakeNodes) -> N
 async def test_a_whole_answer_within_the_limit_is_untouched(nodes: FakeNodes) -> None:
     usage = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
     nodes.on("a", answer(lambda: web.json_response(chat_body("one two", usage))))
-    events = await drain(nodes.backend("a").chat(chat(max_tokens=5), "rid"))
+    events = await drain(nodes.backend("a").chat(chat(max_tokens=5), Ticket("rid")))
     assert text_of(events) == "one two" and finishes(events) == [Finish(0, "stop")] and events[-1] == Usage(9, 4, 0)
 
 
@@ -119,5 +119,5 @@ async def test_a_node_that_ends_every_choice_itself_is_read_to_its_usage(nodes: 
     finishes = [chunk(finish="length", index=0), chunk(finish="length", index=1)]
     body = sse(chunk("a", index=0), chunk("b", index=1), *finishes, usage_chunk(9, 2))
     nodes.on("a", answer(lambda: event_stream(body)))
-    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=1, n=2), "rid"))
+    events = await drain(nodes.backend("a").chat(chat(stream=True, max_tokens=1, n=2), Ticket("rid")))
     assert events[-1] == Usage(9, 2, 0)  # the node's own, not an estimate

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from upstream_fakes import REFUSE, FakeNodes, answer, error, nodes_fixture
 
+from tokenrelay.backends.base import Ticket
 from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.metering import ApproxCounter
@@ -85,7 +86,7 @@ async def test_a_failing_node_is_passed_over(nodes: FakeNodes) -> None:
     nodes.on("broken", answer(lambda: web.Response(status=500, text="boom")))
     nodes.on("good", answer(lambda: ok([[1.0, 0.0], [0.0, 1.0]])))
     backend = nodes.backend("down", "broken", "good")
-    results = [await backend.embed(request(), "rid") for _ in range(3)]
+    results = [await backend.embed(request(), Ticket("rid")) for _ in range(3)]
     assert {r.served_by.node for r in results if r.served_by} == {"good"}
     assert all(r.prompt_tokens == 4 for r in results)
     posted = nodes.bodies("good")[0]
@@ -98,8 +99,8 @@ async def test_a_failing_node_is_passed_over(nodes: FakeNodes) -> None:
 async def test_a_nodes_400_reaches_the_client_and_no_node_left_is_a_502(nodes: FakeNodes) -> None:
     nodes.on("strict", answer(lambda: error(400, "input too long", param="input", code="context_length_exceeded")))
     with pytest.raises(APIError) as caught:
-        await nodes.backend("strict").embed(request(), "rid")
+        await nodes.backend("strict").embed(request(), Ticket("rid"))
     assert (caught.value.status, caught.value.param, caught.value.message) == (400, "input", "input too long")
     nodes.on("bad", answer(lambda: web.Response(status=502)))
     with pytest.raises(UpstreamError):
-        await nodes.backend("bad").embed(request(), "rid")
+        await nodes.backend("bad").embed(request(), Ticket("rid"))

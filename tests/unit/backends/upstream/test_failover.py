@@ -23,7 +23,7 @@ from upstream_fakes import (
     usage_chunk,
 )
 
-from tokenrelay.backends.base import Served, TextDelta, Usage
+from tokenrelay.backends.base import Served, TextDelta, Ticket, Usage
 from tokenrelay.config import RoutingSettings, UpstreamTimeouts
 from tokenrelay.errors import APIError, Overloaded, UpstreamError
 
@@ -42,7 +42,7 @@ def served_by(events: list[object]) -> str:
 
 
 async def serve(nodes: FakeNodes, *names: str, routing: RoutingSettings | None = None, **node: object) -> list[object]:
-    return await drain(nodes.backend(*names, routing=routing, **node).chat(chat(stream=True), "rid"))
+    return await drain(nodes.backend(*names, routing=routing, **node).chat(chat(stream=True), Ticket("rid")))
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ async def test_node_failures_before_the_first_byte_fail_over(nodes: FakeNodes, f
     nodes.on("a", failing)
     nodes.on("b", answer(good))
     backend = nodes.backend("a", "b")
-    events = await drain(backend.chat(chat(stream=True), "rid"))
+    events = await drain(backend.chat(chat(stream=True), Ticket("rid")))
     assert served_by(events) == "b"
     a = backend.nodes["a"].load
     assert (a.requests, a.failures, a.in_flight) == (1, 1, 0)
@@ -130,7 +130,7 @@ async def test_a_failure_after_the_first_chunk_is_not_retried(nodes: FakeNodes) 
     backend = nodes.backend("a", "b")
     seen: list[object] = []
     with pytest.raises(UpstreamError, match="failed while streaming"):
-        async for events in backend.chat(chat(stream=True), "rid"):
+        async for events in backend.chat(chat(stream=True), Ticket("rid")):
             seen.extend(events)
     assert nodes.hits("b") == 0
     assert backend.nodes["a"].load.failures == 1 and backend.nodes["a"].load.in_flight == 0
@@ -155,7 +155,7 @@ async def test_an_idle_gap_between_chunks_ends_the_stream_with_an_error(nodes: F
     nodes.on("a", stalls.respond)
     backend = nodes.backend("a", routing=slow_routing(idle=0.3))
     with pytest.raises(UpstreamError, match="timeout between chunks"):
-        await drain(backend.chat(chat(stream=True), "rid"))
+        await drain(backend.chat(chat(stream=True), Ticket("rid")))
     await asyncio.wait_for(stalls.abandoned.wait(), 1)  # the node's response was closed, not left open
 
 
@@ -168,7 +168,7 @@ async def test_the_overall_limit_bounds_a_non_streamed_request(nodes: FakeNodes)
     nodes.on("a", hang)
     backend = nodes.backend("a", routing=slow_routing(overall=0.2))
     with pytest.raises(UpstreamError, match="timeout waiting for the node"):
-        await drain(backend.chat(chat(), "rid"))
+        await drain(backend.chat(chat(), Ticket("rid")))
 
 
 async def test_the_overall_limit_ends_a_stream_that_keeps_going(nodes: FakeNodes) -> None:
@@ -176,7 +176,7 @@ async def test_the_overall_limit_ends_a_stream_that_keeps_going(nodes: FakeNodes
     nodes.on("a", trickle.respond)
     backend = nodes.backend("a", routing=slow_routing(idle=1, overall=0.35))
     with pytest.raises(UpstreamError, match=r"timeout between chunks \(overall limit\)"):
-        await drain(backend.chat(chat(stream=True), "rid"))
+        await drain(backend.chat(chat(stream=True), Ticket("rid")))
     assert 1 <= trickle.sent < 6
 
 
@@ -184,7 +184,7 @@ async def test_closing_the_stream_early_closes_the_nodes_response_at_once(nodes:
     endless = Stream([sse(chunk(f"{i} "), done=False) for i in range(1000)], pause=0.01)
     nodes.on("a", endless.respond)
     backend = nodes.backend("a")
-    events = backend.chat(chat(stream=True), "rid")
+    events = backend.chat(chat(stream=True), Ticket("rid"))
     served, first = await anext(events)  # who answered, with what the first read brought
     assert isinstance(served, Served) and isinstance(first, TextDelta)
     await events.aclose()  # what the server does when the client goes away
@@ -197,7 +197,7 @@ async def test_cancelling_the_request_task_closes_the_nodes_response(nodes: Fake
     endless = Stream([sse(chunk("x"), done=False)] * 1000, pause=0.05)
     nodes.on("a", endless.respond)
     backend = nodes.backend("a")
-    task = asyncio.ensure_future(drain(backend.chat(chat(stream=True), "rid")))
+    task = asyncio.ensure_future(drain(backend.chat(chat(stream=True), Ticket("rid"))))
     await asyncio.sleep(0.2)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

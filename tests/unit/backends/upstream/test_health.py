@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from upstream_fakes import ON_ASYNCIO, FakeNodes, answer, chat, chunk, drain, error, event_stream, nodes_fixture, sse
 
-from tokenrelay.backends.base import Served
+from tokenrelay.backends.base import Served, Ticket
 from tokenrelay.backends.upstream.health import Breaker, BreakerState, ProbeHealth
 from tokenrelay.config import RoutingSettings, UpstreamHealth
 from tokenrelay.errors import APIError
@@ -98,14 +98,16 @@ async def test_breaker_opens_on_a_failing_node_and_recovers(nodes: FakeNodes) ->
     node = backend.nodes["a"]
     served = []
     for _ in range(6):
-        served.append(next(e.node for e in await drain(backend.chat(chat(stream=True), "r")) if isinstance(e, Served)))
+        served.append(
+            next(e.node for e in await drain(backend.chat(chat(stream=True), Ticket("r"))) if isinstance(e, Served))
+        )
     assert served == ["b"] * 6  # every request failed over
     assert nodes.hits("a") == 2 and node.breaker.state is BreakerState.OPEN  # then a was left alone
     state["status"] = 200
     await asyncio.sleep(0.25)
     assert node.breaker.state is BreakerState.HALF_OPEN
     node.load.last_pick, backend.nodes["b"].load.last_pick = 0, 1  # a is next in turn
-    events = await drain(backend.chat(chat(stream=True), "r"))
+    events = await drain(backend.chat(chat(stream=True), Ticket("r")))
     assert next(e.node for e in events if isinstance(e, Served)) == "a"
     assert node.breaker.state is BreakerState.CLOSED
     await backend.close()
@@ -118,7 +120,7 @@ async def test_a_nodes_4xx_does_not_count_against_its_breaker(nodes: FakeNodes) 
     backend = nodes.backend("a", routing=routing)
     for _ in range(3):
         with pytest.raises(APIError):
-            await drain(backend.chat(chat(), "r"))
+            await drain(backend.chat(chat(), Ticket("r")))
     assert backend.nodes["a"].breaker.state is BreakerState.CLOSED
     await backend.close()
 

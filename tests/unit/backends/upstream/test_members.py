@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from upstream_fakes import ON_ASYNCIO, FakeNodes, answer, chat, chat_body, drain, nodes_fixture
 
-from tokenrelay.backends.base import Event, Events, Finish, ModelCard, Served, TextDelta, Usage
+from tokenrelay.backends.base import Event, Events, Finish, ModelCard, Served, TextDelta, Ticket, Usage
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.members import EmbeddedMember
 from tokenrelay.config import ModelSettings, RoutingSettings, Settings, UpstreamSettings
@@ -38,7 +38,7 @@ class Engine:
         for event in (TextDelta(0, "local"), Finish(0, "stop"), Usage(2, 1)):
             yield [event]
 
-    def chat(self, request: object, request_id: str) -> AsyncIterator[Events]:
+    def chat(self, request: object, ticket: object) -> AsyncIterator[Events]:
         return self._answer()
 
     complete = chat
@@ -74,7 +74,7 @@ def served(events: list[Event]) -> tuple[str, str]:
 async def test_engine_and_node_take_turns(nodes: FakeNodes) -> None:
     backend = mixed(nodes, Engine())
     await backend.start()
-    answers = [await drain(backend.chat(chat(), "r")) for _ in range(4)]
+    answers = [await drain(backend.chat(chat(), Ticket("r"))) for _ in range(4)]
     assert [served(a) for a in answers] == [("embedded", "llama.cpp"), ("b", "upstream")] * 2
     assert backend.status()["embedded"]["requests"] == 2
 
@@ -82,7 +82,7 @@ async def test_engine_and_node_take_turns(nodes: FakeNodes) -> None:
 async def test_a_busy_engine_hands_the_request_to_a_node(nodes: FakeNodes) -> None:
     engine = Engine(refuse=Overloaded("queue full"))
     backend = mixed(nodes, engine)
-    events = await drain(backend.chat(chat(), "r"))
+    events = await drain(backend.chat(chat(), Ticket("r")))
     assert served(events) == ("b", "upstream") and engine.calls == 1
 
 
@@ -90,14 +90,14 @@ async def test_an_engine_at_capacity_is_not_asked(nodes: FakeNodes) -> None:
     engine = Engine()
     backend = mixed(nodes, engine, capacity=1)
     backend.embedded.load.in_flight = 1  # one request already running there
-    events = await drain(backend.chat(chat(), "r"))
+    events = await drain(backend.chat(chat(), Ticket("r")))
     assert served(events) == ("b", "upstream") and engine.calls == 0
 
 
 async def test_the_engines_own_400_reaches_the_client(nodes: FakeNodes) -> None:
     backend = mixed(nodes, Engine(refuse=InvalidRequest("`tools` is not supported", param="tools")))
     with pytest.raises(InvalidRequest, match="tools"):
-        await drain(backend.chat(chat(), "r"))
+        await drain(backend.chat(chat(), Ticket("r")))
     assert nodes.hits("b") == 0
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 from upstream_fakes import ON_ASYNCIO, REFUSE, FakeNodes, answer, chat, chat_body, drain, nodes_fixture
 
-from tokenrelay.backends.base import PromptCount
+from tokenrelay.backends.base import PromptCount, Ticket
 from tokenrelay.backends.upstream.native import NativeRequest
 
 pytestmark = ON_ASYNCIO
@@ -61,7 +61,7 @@ async def test_without_a_tokenizer_the_estimate_learns_the_templates_tokens(node
     backend = nodes.backend("a")
     before = await backend.count_chat_prompt(chat("Hello there"))
     assert before.estimated and before.tokens < 20
-    await drain(backend.chat(chat("Hello there"), "rid"))  # the node says what this prompt cost: 40
+    await drain(backend.chat(chat("Hello there"), Ticket("rid")))  # the node says what this prompt cost: 40
     assert await backend.count_chat_prompt(chat("Hello there")) == PromptCount(40, estimated=True)
     longer = await backend.count_chat_prompt(chat("Hello there, and a few more words"))
     assert longer.estimated and longer.tokens > 40

@@ -23,7 +23,7 @@ from upstream_fakes import (
     usage_chunk,
 )
 
-from tokenrelay.backends.base import DeltaFields, Finish, Served, TextDelta, ToolCallDelta, Usage
+from tokenrelay.backends.base import DeltaFields, Finish, Served, TextDelta, Ticket, ToolCallDelta, Usage
 from tokenrelay.errors import UpstreamError
 from tokenrelay.openai.chat.render import ChatChunker, chat_response
 from tokenrelay.openai.render import ResponseMeta, collect
@@ -48,7 +48,7 @@ def split_every(data: bytes, size: int) -> list[bytes]:
 
 async def events_for(nodes: FakeNodes, body: bytes | Stream, **request: object) -> list[object]:
     nodes.on("a", answer(lambda: event_stream(body)) if isinstance(body, bytes) else body.respond)
-    return await drain(nodes.backend("a").chat(chat(stream=True, **request), "rid"))
+    return await drain(nodes.backend("a").chat(chat(stream=True, **request), Ticket("rid")))
 
 
 def texts(events: list[object]) -> str:
@@ -93,7 +93,7 @@ async def test_after_done_the_rest_is_neither_awaited_nor_judged(nodes: FakeNode
 
     nodes.on("a", done_then_hang_and_break)
     started = asyncio.get_running_loop().time()
-    events = await drain(nodes.backend("a").chat(chat(stream=True), "rid"))
+    events = await drain(nodes.backend("a").chat(chat(stream=True), Ticket("rid")))
     assert asyncio.get_running_loop().time() - started < 1.5
     assert texts(events) == "all" and events[-1] == Usage(1, 1, 0)
 
@@ -171,7 +171,7 @@ async def test_a_continuation_asks_the_node_for_no_new_turn(nodes: FakeNodes) ->
     request = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": messages, "stream": True, "continue_final_message": True}
     )
-    await drain(nodes.backend("a").chat(request, "rid"))
+    await drain(nodes.backend("a").chat(request, Ticket("rid")))
     (body,) = nodes.bodies("a")
     assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
     assert body["messages"][-1] == {"role": "assistant", "content": "Hel"}
@@ -187,7 +187,7 @@ async def test_body_sent_to_the_node_keeps_every_field_and_rewrites_only_the_mod
         top_k=5,
         guided_json={"type": "object"},
     )
-    await drain(backend.chat(request, "0f0e6a2c5b5d4b7c9a3e8d1f2c4b6a80"))
+    await drain(backend.chat(request, Ticket("0f0e6a2c5b5d4b7c9a3e8d1f2c4b6a80")))
     (body,) = nodes.bodies("a")
     assert body["model"] == "node-name"
     assert body["top_k"] == 5 and body["guided_json"] == {"type": "object"} and body["temperature"] == 0.5
@@ -202,7 +202,7 @@ async def test_body_sent_to_the_node_keeps_every_field_and_rewrites_only_the_mod
 async def test_a_free_form_client_request_id_is_not_sent_to_nodes(nodes: FakeNodes) -> None:
     nodes.on("a", answer(lambda: event_stream(sse(chunk("x", finish="stop")))))
     backend = nodes.backend("a")
-    await drain(backend.chat(chat(stream=True), "my-trace-7"))
+    await drain(backend.chat(chat(stream=True), Ticket("my-trace-7")))
     assert "X-Request-ID" not in nodes.seen[0].headers
     assert "Authorization" not in nodes.seen[0].headers  # no node key configured, and never the client's
 
@@ -211,7 +211,7 @@ async def test_non_streamed_answer_with_usage_and_unknown_message_fields(nodes: 
     usage = {"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 8}}
     nodes.on("a", answer(lambda: web.json_response(chat_body("Hi!", usage, reasoning_content="r"))))
     backend = nodes.backend("a")
-    events = await drain(backend.chat(chat(), "rid"))
+    events = await drain(backend.chat(chat(), Ticket("rid")))
     assert "stream_options" not in nodes.bodies("a")[0]
     assert texts(events) == "Hi!"
     assert DeltaFields(0, {"reasoning_content": "r"}) in events
@@ -221,7 +221,7 @@ async def test_non_streamed_answer_with_usage_and_unknown_message_fields(nodes: 
 async def test_a_json_answer_to_a_stream_request_is_relayed_too(nodes: FakeNodes) -> None:
     nodes.on("a", answer(lambda: web.json_response(chat_body("whole"))))
     backend = nodes.backend("a")
-    events = await drain(backend.chat(chat(stream=True), "rid"))
+    events = await drain(backend.chat(chat(stream=True), Ticket("rid")))
     assert texts(events) == "whole"
     assert isinstance(events[-1], Usage) and events[-1].estimated
 
@@ -233,7 +233,7 @@ async def test_error_event_after_the_first_chunk_ends_with_estimated_usage_then_
     backend = nodes.backend("a", "b")
     seen: list[object] = []
     with pytest.raises(UpstreamError, match="KV cache exhausted"):
-        async for events in backend.chat(chat(stream=True), "rid"):
+        async for events in backend.chat(chat(stream=True), Ticket("rid")):
             seen.extend(events)
     assert texts(seen) == "partial answer"
     assert isinstance(seen[-1], Usage) and seen[-1].estimated and seen[-1].completion_tokens > 0
@@ -250,7 +250,7 @@ async def test_completions_through_a_chat_only_node(nodes: FakeNodes) -> None:
     first = {"choices": [{"index": 0, "delta": {"content": "abc"}, "logprobs": logprobs, "finish_reason": None}]}
     nodes.on("a", answer(lambda: event_stream(sse(first, chunk(finish="stop"), usage_chunk(3, 2)))))
     backend = nodes.backend("a", completions_via_chat=True)
-    events = await drain(backend.complete(completion("Say abc", logprobs=1, stream=True, max_tokens=5), "r"))
+    events = await drain(backend.complete(completion("Say abc", logprobs=1, stream=True, max_tokens=5), Ticket("r")))
     (body,) = nodes.bodies("a")
     assert nodes.seen[0].path == "/a/v1/chat/completions"
     assert body["messages"] == [{"role": "user", "content": "Say abc"}]
@@ -265,7 +265,7 @@ async def test_completions_reach_the_completions_endpoint_with_token_prompts(nod
     body = {"choices": [{"index": 0, "text": " there", "finish_reason": "length"}], "usage": None}
     nodes.on("a", answer(lambda: web.json_response(body)))
     backend = nodes.backend("a")
-    events = await drain(backend.complete(completion([1, 2, 3], max_tokens=2, echo=False), "r"))
+    events = await drain(backend.complete(completion([1, 2, 3], max_tokens=2, echo=False), Ticket("r")))
     assert nodes.seen[0].path == "/a/v1/completions"
     assert nodes.bodies("a")[0]["prompt"] == [1, 2, 3]
     assert texts(events) == " there"

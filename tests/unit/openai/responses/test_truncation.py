@@ -22,7 +22,7 @@ class SmallContext:
         self.limit = limit
         self.seen: list[list[str]] = []
 
-    def chat(self, request: ChatCompletionRequest, request_id: str) -> AsyncIterator[Events]:
+    def chat(self, request: ChatCompletionRequest, ticket: object) -> AsyncIterator[Events]:
         return self._chat(request)
 
     async def _chat(self, request: ChatCompletionRequest) -> AsyncIterator[Events]:

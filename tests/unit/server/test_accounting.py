@@ -16,6 +16,7 @@ from accounting_support import postgres_database, sqlite_url
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select
+from waiting import until
 
 from tokenrelay.auth.keysecrets import KEY_PREFIX, display_prefix, hash_secret, looks_like_key, new_secret
 from tokenrelay.auth.keystore import KeySpec, KeyStore
@@ -203,8 +204,8 @@ def test_ledger_batches_and_flushes_everything_on_close(sqlite_only: str, tmp_pa
         assert (ledger.pending, ledger.written) == (3, 0)  # less than a batch waits for the interval ...
         for call in _calls(17):
             ledger.record(call)
-        await asyncio.sleep(0.3)
-        assert ledger.pending == 0 and ledger.written == 20  # ... a full batch wakes the writer at once
+        await until(lambda: ledger.written == 20)  # ... a full batch wakes the writer long before the interval
+        assert ledger.pending == 0
         for call in _calls(2):
             ledger.record(call)
         await ledger.close()  # and the close writes what is left
@@ -238,7 +239,7 @@ def test_ledger_catches_up_with_a_backlog_in_few_transactions(
         await ledger.start()
         for call in _calls(settings.ledger_max_rows + 500):
             ledger.record(call)
-        await asyncio.sleep(0.5)
+        await until(lambda: ledger.written == settings.ledger_max_rows + 500)
         await ledger.close()
         await engine.dispose()
         return ledger.written
@@ -278,7 +279,7 @@ def test_a_batch_committed_before_its_error_is_settled_once_on_the_retry(
         for call in calls:
             call.key_id, call.reservation = principal.key_id, await limiter.admit(principal, 50)
             ledger.record(call)  # a row that settles a reservation wakes the writer at once
-        await asyncio.sleep(0.5)
+        await until(lambda: len(asked) >= 2 and not ledger.settling(principal.key_id))  # retried and settled
         for call in _calls(3):
             ledger.record(call)
         await ledger.close()

@@ -108,8 +108,7 @@ class Ledger:
     async def _write_pending(self, everything: bool = True) -> None:
         """Write what is queued. Unless `everything`, only a full batch is written after the first: rows
         that arrive while a batch is written wait for the next wake (a full batch, a reservation, the
-        interval), so a busy server writes large transactions, not one after each few requests (46 rows
-        a transaction on average with two workers at 3,100 requests/s each, before this)."""
+        interval), so a busy server writes large transactions, not one after each few requests."""
         async with self._writing:  # one batch at a time, so a flush() returns only once all is committed
             first = True
             while self._pending and (everything or first or len(self._pending) >= self.settings.ledger_batch_size):

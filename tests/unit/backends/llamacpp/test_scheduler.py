@@ -11,6 +11,7 @@ import pytest
 from servers import shared_data_dir
 
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
+from tokenrelay.backends.base import TextDelta
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams
@@ -107,3 +108,53 @@ def test_stopping_fails_what_runs_and_what_waits_with_a_503(model: LlamaModel) -
     for out in outs:
         events = out.until_end()
         assert isinstance(events[-1], JobFailed) and events[-1].status == 503
+
+
+class Timeline:
+    """Every job's events in the order the scheduler thread sent them, each tagged with its job's name."""
+
+    def __init__(self) -> None:
+        self.events: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self.seen: list[tuple[str, object]] = []
+
+    def job(self, model: LlamaModel, name: str, text: str, max_tokens: int, background: bool = False) -> Job:
+        prompt = model.tokenize(text, add_special=True, parse_special=False)
+        plan = SeqPlan(index=0, params=SamplingParams(temperature=0.0), max_tokens=max_tokens, stops=[])
+        return Job(prompt, [plan], lambda event: self.events.put((name, event)), background=background)
+
+    def until_done(self, *names: str) -> None:
+        pending = set(names)
+        while pending:
+            name, event = self.events.get(timeout=60)
+            self.seen.append((name, event))
+            if isinstance(event, JobDone | JobFailed):
+                pending.discard(name)
+
+    def first(self, name: str, kind: type) -> int:
+        return next(i for i, (n, e) in enumerate(self.seen) if n == name and isinstance(e, kind))
+
+    def text(self, name: str) -> str:
+        return "".join(e.text for n, e in self.seen if n == name and isinstance(e, TextDelta))
+
+
+def test_background_work_waits_for_the_interactive_jobs_and_pauses_while_they_run(model: LlamaModel) -> None:
+    settings = SETTINGS.model_copy(update={"interactive_slots": 1})
+    scheduler = Scheduler(model, settings)
+    scheduler.start()
+    try:
+        alone = Timeline()
+        scheduler.submit(alone.job(model, "batch", STORY, 40, background=True))
+        alone.until_done("batch")
+
+        timeline = Timeline()
+        scheduler.submit(timeline.job(model, "batch", STORY, 40, background=True))
+        timeline.seen.append(timeline.events.get(timeout=60))  # the batch job is under way
+        scheduler.submit(timeline.job(model, "chat", "A short question about maps?", 6))
+        timeline.until_done("chat", "batch")
+    finally:
+        scheduler.stop()
+    chat_start, chat_end = timeline.first("chat", TextDelta), timeline.first("chat", JobDone)
+    during = [n for n, e in timeline.seen[chat_start:chat_end] if isinstance(e, TextDelta)]
+    assert during and set(during) == {"chat"}  # the batch job made no step while the interactive one ran
+    assert timeline.first("batch", JobDone) > chat_end
+    assert timeline.text("batch") == alone.text("batch")  # paused, its cache kept: the same greedy answer

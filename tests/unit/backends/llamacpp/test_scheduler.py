@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from servers import shared_data_dir
 
-from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from tokenrelay.backends.base import TextDelta
+from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams

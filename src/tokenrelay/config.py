@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 # Served when no model is configured: a base model for completions and an instruct model for chat.
 DEFAULT_MODEL_IDS = ("gemma-3-270m", "smollm2-135m-instruct")
+DEFAULT_BASE_MODELS = frozenset({"gemma-3-270m"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -232,6 +233,11 @@ class ModelSettings(BaseModel):
     upstreams: list[UpstreamSettings] = Field(default_factory=list)
     routing: RoutingSettings | None = None
     embeddings: bool = Field(default=True, description="serve /v1/embeddings for this model")
+    chat: bool = Field(
+        default=True,
+        description="an instruct (chat) model; false for a base model, served for completions: the playground opens "
+        "on a chat model",
+    )
     embeddings_truncatable: bool = Field(
         default=False,
         description="its embeddings keep their meaning when cut short (Matryoshka training): allows `dimensions`",
@@ -287,7 +293,9 @@ class Settings(BaseSettings):
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default models when none is configured."""
-        return self.models or [ModelSettings(id=model_id) for model_id in DEFAULT_MODEL_IDS]
+        return self.models or [
+            ModelSettings(id=model_id, chat=model_id not in DEFAULT_BASE_MODELS) for model_id in DEFAULT_MODEL_IDS
+        ]
 
     def engine_for(self, model: ModelSettings) -> EngineSettings:
         return model.engine or self.engine

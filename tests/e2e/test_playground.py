@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import CHAT_MODEL
 from observing import eventually, text_request_lines
 from playwright.sync_api import Browser, Page, Request, Route
 from servers import DEFAULT_MODEL, Server
@@ -38,9 +39,12 @@ class Playground:
     requests: list[Request] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
-    def open(self) -> None:
+    def open(self, model: str = CHAT_MODEL) -> None:
         self.page.goto(f"{self.server.base_url}/")
-        self.page.wait_for_function(f"document.getElementById('model').value === {json.dumps(DEFAULT_MODEL)}")
+        self.wait_for_model(model)
+
+    def wait_for_model(self, model: str) -> None:
+        self.page.wait_for_function(f"document.getElementById('model').value === {json.dumps(model)}")
 
     def set_range(self, selector: str, value: str) -> None:
         script = "(el, v) => { el.value = v; el.dispatchEvent(new Event('input')); }"
@@ -91,7 +95,7 @@ def test_chat_streams_text_and_shows_usage(playground: Playground, server: Serve
     playground.page.evaluate(RECORD_SNAPSHOTS)
     body, request_id = playground.send("Name three colours.")
 
-    assert body["model"] == DEFAULT_MODEL
+    assert body["model"] == CHAT_MODEL  # the page opens on the chat model, not on the base model listed first
     assert body["messages"] == [{"role": "user", "content": "Name three colours."}]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert (body["temperature"], body["max_tokens"], body["seed"], body["stop"]) == (0, 8, 7, ["zzz"])
@@ -182,7 +186,7 @@ def test_asks_for_a_key_on_401_and_keeps_it_for_the_tab_only(playground: Playgro
     playground.page.screenshot(path=tmp_path / "playground-key.png")
     playground.page.fill("#key-input", key)
     playground.page.click("#key-ok")
-    playground.page.wait_for_function(f"document.getElementById('model').value === {json.dumps(DEFAULT_MODEL)}")
+    playground.wait_for_model(CHAT_MODEL)
     assert playground.page.evaluate("sessionStorage.getItem('tokenrelay.apiKey')") == key
     assert playground.page.evaluate("localStorage.length") == 0
     assert playground.page.is_visible("#key-state")
@@ -204,3 +208,13 @@ def test_no_key_is_asked_for_when_the_server_needs_none(playground: Playground) 
     assert not playground.page.is_visible("#key-dialog")
     assert not playground.page.is_visible("#key-state")
     assert httpx.get(f"{playground.server.base_url}/v1/models").status_code == 200
+
+
+def test_the_model_picked_is_kept_for_the_tab(playground: Playground) -> None:
+    playground.open()
+    playground.page.select_option("#model", DEFAULT_MODEL)  # the base model, for completions
+    playground.open(DEFAULT_MODEL)  # a reload in the same tab keeps the user's pick
+    playground.page.context.new_page().goto(f"{playground.server.base_url}/")
+    fresh = playground.page.context.pages[-1]
+    fresh.wait_for_function(f"document.getElementById('model').value === {json.dumps(CHAT_MODEL)}")  # a new tab
+    assert not playground.errors

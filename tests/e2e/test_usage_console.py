@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from accounting_support import FAST_CACHE, ledger_rows, postgres_database, sqlite_url
+from accounting_support import FAST_CACHE, cli, ledger_rows, postgres_database, sqlite_url
+from observing import eventually
 from playwright.sync_api import Browser, Page
 from servers import DEFAULT_MODEL, Server, start_server
 
@@ -338,3 +339,19 @@ def test_usage_page_charts_the_ledger_and_lists_budgets(tab: UsageTab, tmp_path:
 
     assert all(url.startswith(deployment.server.base_url) or url.startswith("data:") for url in tab.urls)
     assert not tab.errors
+
+
+def test_a_keyless_server_on_loopback_opens_its_usage_reads_until_the_first_key(tmp_path: Path) -> None:
+    """`tokenrelay serve` with no keys serves `/v1` open on loopback; the usage page's reads are open too, what
+    changes who may use the server is not, and the first key closes both."""
+    url = sqlite_url(tmp_path)
+    server = start_server(tmp_path, "--database-url", url, env=FAST_CACHE)
+    try:
+        with server.http() as anonymous:
+            assert anonymous.get("/admin/usage").status_code == 200
+            assert anonymous.get("/admin/usage/series", params={"by": "model"}).status_code == 200
+            assert anonymous.post("/admin/keys", json={"name": "sneaky"}).status_code == 401
+            cli("keys", "create", "--name", "first", url=url)
+            eventually(lambda: anonymous.get("/admin/usage").status_code == 401)
+    finally:
+        server.stop()

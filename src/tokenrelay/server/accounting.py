@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import ipaddress
 import logging
 from pathlib import Path
 
 from tokenrelay.auth.keystore import KeyStore
+from tokenrelay.auth.loopback import is_loopback
 from tokenrelay.auth.principal import Principal
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
@@ -30,15 +30,6 @@ SWEEP_SECONDS = 60.0
 
 class ExposedWithoutKeys(RuntimeError):
     """`serve` on a non-loopback address with no key at all, and no `--insecure-no-auth`."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Accounting:

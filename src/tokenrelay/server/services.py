@@ -169,7 +169,10 @@ class Services:
     def model_status(self) -> dict[str, Any]:
         """Per-model state for the unauthenticated `/health`: node addresses are left out (they are for
         operators, through `/admin/nodes`)."""
-        return {model: public_status(status) for model, status in self.backend_statuses()}
+        chat = {model.id: model.chat for model in self.settings.served_models()}
+        return {
+            model: public_status(status) | {"chat": chat.get(model, True)} for model, status in self.backend_statuses()
+        }
 
     def backend_statuses(self) -> list[tuple[str, dict[str, Any]]]:
         return [(b.card.id, b.status()) for b in self.registry.all()]

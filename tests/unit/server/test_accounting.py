@@ -20,12 +20,12 @@ from waiting import until
 
 from tokenrelay.auth.keysecrets import KEY_PREFIX, display_prefix, hash_secret, looks_like_key, new_secret
 from tokenrelay.auth.keystore import KeySpec, KeyStore
+from tokenrelay.auth.loopback import is_loopback
 from tokenrelay.backends.base import Finish, TextDelta, TokenLogprob, Usage
 from tokenrelay.calls.record import Call
 from tokenrelay.config import AccountingSettings, Settings
 from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.limiter import Limiter
-from tokenrelay.server.accounting import is_loopback
 from tokenrelay.store.database import create_engine, database_url
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import metadata, reservations, usage

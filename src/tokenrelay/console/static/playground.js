@@ -228,6 +228,19 @@ async function loadModels() {
   }
   const { data } = await response.json();
   select.replaceChildren(...data.map((model) => new Option(model.id, model.id)));
+  const ids = data.map((model) => model.id);
+  const chosen = sessionStorage.getItem(MODEL_CHOICE);
+  select.value = ids.includes(chosen) ? chosen : (await firstChatModel(ids)) ?? ids[0] ?? "";
+}
+
+// The user's pick is kept for this tab; without one the page opens on a chat model, since a base model's
+// answers to a conversation read as gibberish (`/health` says which models are for chat).
+const MODEL_CHOICE = "tokenrelay.model";
+
+async function firstChatModel(ids) {
+  const response = await fetch("/health");
+  const { models = {} } = await response.json().catch(() => ({}));
+  return ids.find((id) => models[id]?.chat !== false);
 }
 
 function mirror(inputId) {
@@ -237,6 +250,7 @@ function mirror(inputId) {
 }
 
 function wire() {
+  $("model").addEventListener("change", () => sessionStorage.setItem(MODEL_CHOICE, $("model").value));
   mirror("temperature");
   mirror("top-p");
   $("composer").addEventListener("submit", (event) => {

@@ -221,6 +221,19 @@ class ResponsesSettings(BaseModel):
     sweep_seconds: float = Field(default=3600.0, gt=0, description="seconds between removals of expired responses")
 
 
+class TelemetrySettings(BaseModel):
+    """OpenTelemetry traces, exported over OTLP/HTTP; off until an endpoint is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    otlp_endpoint: str | None = Field(
+        default=None, description="the collector's OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces"
+    )
+    sample_ratio: float = Field(default=1.0, ge=0, le=1, description="share of new traces recorded")
+    capture_content: bool = Field(default=False, description="put prompts and completions on spans")
+    service_name: str = Field(default="tokenrelay", min_length=1)
+
+
 class ModelSettings(BaseModel):
     """A model id clients use, served by a GGUF file in-process and/or by upstream nodes."""
 
@@ -290,6 +303,7 @@ class Settings(BaseSettings):
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default models when none is configured."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,10 @@ import numpy.typing as npt
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Tracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,9 @@ class Ticket:
     request_id: str
     background: bool = False  # a batch line: served in the capacity interactive calls leave free
     consumed: Usage | None = None
+    # Set when traces are exported: the backend's spans are children of the call's span (`trace_context`).
+    tracer: Tracer | None = None
+    trace_context: Context | None = None
 
 
 class Backend(Protocol):

@@ -28,6 +28,8 @@ from tokenrelay.backends.base import (
 from tokenrelay.errors import APIError
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from tokenrelay.auth.principal import Principal
     from tokenrelay.limits.limiter import Reservation
 
@@ -60,6 +62,8 @@ class Call:
     reservation: Reservation | None = None  # what admission reserved against the key's limits
     tokens_seen: int = 0  # generated tokens observed in the events, for calls that end without a usage report
     usage_reported: bool = False
+    span: Span | None = None  # the call's server span, when traces are exported
+    captured: list[str] | None = None  # the generated text, gathered only when traces capture content
     ticket: Ticket = field(init=False)  # what the backend is handed, and what it reports back on the way out
 
     def __post_init__(self) -> None:
@@ -76,9 +80,13 @@ class Call:
     def saw(self, event: Event) -> None:
         if isinstance(event, TextDelta | ToolCallDelta):
             self.tokens_seen += _tokens_in(event)
+            if self.captured is not None and isinstance(event, TextDelta):
+                self.captured.append(event.text)
             self._token_at(time.monotonic())
         elif isinstance(event, TextRun):
             self.tokens_seen += len(event.texts)
+            if self.captured is not None:
+                self.captured.extend(event.texts)
             self._token_at(time.monotonic())
             self.token_gaps.extend([0.0] * (len(event.texts) - 1))  # the rest arrived with the first
         elif isinstance(event, Finish):

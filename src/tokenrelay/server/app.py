@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,6 +26,7 @@ from tokenrelay.calls.request_ids import RequestIdMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound
+from tokenrelay.observability.tracing.setup import Tracing, tracing_for
 from tokenrelay.openai import models, tokenize
 from tokenrelay.openai.chat import router as chat
 from tokenrelay.openai.completions import router as completions
@@ -56,9 +58,11 @@ ROUTERS = (
 
 
 def create_app(settings: Settings) -> FastAPI:
+    tracing = tracing_for(settings.telemetry)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = Services(settings)
+        services = Services(settings, tracing=tracing)
         app.state.services = services
         try:
             await services.start()
@@ -67,6 +71,8 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             await services.close()
+            if tracing is not None:
+                tracing.shutdown()  # the last spans go out before the process does
 
     # FastAPI's own OpenTelemetry hooks look up providers (and the environment) on every request; tokenrelay
     # does not use them.
@@ -78,13 +84,26 @@ def create_app(settings: Settings) -> FastAPI:
     # Added first, so innermost: after the request id and the key.
     app.add_middleware(FastPath, dialects=dialects, routers=[module.router for module in ROUTERS])
     app.add_middleware(KeyAuthMiddleware, dialects=dialects)
-    app.add_middleware(RequestIdMiddleware)  # added last, so outermost: auth errors carry X-Request-ID too
+    app.add_middleware(RequestIdMiddleware)  # auth errors carry X-Request-ID too
+    if tracing is not None:
+        add_tracing(app, tracing)  # outermost: the server span covers the whole call, refusals included
     for module in ROUTERS:
         app.include_router(module.router)
     install_console(app)
     install_error_handlers(app, dialects)
     install_document(app, settings)
     return app
+
+
+def add_tracing(app: FastAPI, tracing: Tracing) -> None:
+    """OpenTelemetry's ASGI instrumentation: one server span per API call, continuing an incoming `traceparent`;
+    no spans of its own for each send and receive (a stream would make one per chunk)."""
+    app.add_middleware(
+        OpenTelemetryMiddleware,
+        tracer_provider=tracing.provider,
+        excluded_urls="/health,/metrics,/console,/openapi.json",
+        exclude_spans=["receive", "send"],
+    )
 
 
 def install_error_handlers(app: FastAPI, dialects: Dialects) -> None:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
 from starlette.requests import Request
 
 from tokenrelay.auth.verifier import KeyVerifier
@@ -25,6 +26,8 @@ from tokenrelay.limits.cost import Admitted
 from tokenrelay.observability.metrics import Metrics
 from tokenrelay.observability.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.observability.requestlog import log_call
+from tokenrelay.observability.tracing import genai
+from tokenrelay.observability.tracing.setup import Tracing
 from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
@@ -39,6 +42,7 @@ class Services:
     settings: Settings
     registry: Registry = field(default_factory=Registry)
     extras_seen: set[str] = field(default_factory=set)
+    tracing: Tracing | None = None  # traces exported (telemetry.otlp_endpoint), else None
     metrics: Metrics = field(init=False)
     accounting: Accounting = field(init=False)
     nodes: NodeSync = field(init=False)
@@ -138,12 +142,31 @@ class Services:
         if principal is None:  # never serve a /v1 route the middleware did not see
             raise AuthenticationError("This request was not authenticated.")
         self.accounting.begin(call, principal)
+        if self.tracing is not None:
+            # The call's own span, a child of the HTTP server span (which ends with the response's last byte,
+            # before the call is over); the admission's and the backend's spans are its children.
+            call.span = self.tracing.tracer.start_span(genai.OPERATIONS.get(call.endpoint, call.endpoint))
+            call.ticket.tracer = self.tracing.tracer
+            call.ticket.trace_context = trace.set_span_in_context(call.span)
+            if self.tracing.capture_content:
+                call.captured = []
 
     async def admit(self, call: Call, body: Admitted) -> Backend:
         """After parsing: the key may use the model, and its limits can take the request's worst case.
         Returns the backend that serves the model."""
         if call.principal is not None and not call.principal.may_use(body.model):
             raise ModelNotFound(body.model)
+        if self.tracing is None or call.span is None:
+            return await self._admit(call, body)
+        call.span.set_attributes(genai.request_attributes(call, body, self.tracing.capture_content))
+        call.span.update_name(f"{genai.OPERATIONS.get(call.endpoint, call.endpoint)} {call.model}")
+        with self.tracing.tracer.start_as_current_span("admission", context=call.ticket.trace_context) as span:
+            backend = await self._admit(call, body)
+            if call.reservation is not None:
+                span.set_attribute("tokenrelay.reserved_tokens", call.reservation.tokens)
+            return backend
+
+    async def _admit(self, call: Call, body: Admitted) -> Backend:
         backend = await self.backend(body.model)
         call.reservation = await self.accounting.admit(call, body, backend)
         return backend
@@ -157,6 +180,9 @@ class Services:
 
     def end_call(self, call: Call) -> None:
         """Report a finished call to the log, metrics and ledger (`openai.serving.run_call` ends each call once)."""
+        if call.span is not None:
+            genai.finish(call.span, call)
+            call.span.end()
         self.finished.add(call)
 
     def _log_call(self, call: Call) -> None:

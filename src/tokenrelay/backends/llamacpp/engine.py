@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import replace
@@ -24,7 +25,7 @@ from tokenrelay.backends.base import (
     TokenLogprob,
     Usage,
 )
-from tokenrelay.backends.llamacpp import prompts
+from tokenrelay.backends.llamacpp import prompts, spans
 from tokenrelay.backends.llamacpp.choices import Candidate, PromptRun, partial_usage, translate
 from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
 from tokenrelay.backends.llamacpp.embedder import Embedder, embedder_for, embedding_status
@@ -332,6 +333,10 @@ class LlamaCppBackend:
                 )
             )
         finished = False
+        tracer, span = ticket.tracer, None
+        if tracer is not None:
+            span = spans.generation_span(tracer, ticket.trace_context, self.card.id, ticket.background)
+        submitted_ns = time.time_ns()
         try:
             for job in jobs:
                 self.scheduler.submit(job)
@@ -343,6 +348,8 @@ class LlamaCppBackend:
                 job.cancel()
             if not finished:
                 ticket.consumed = partial_usage(jobs)
+            if span is not None:
+                spans.end_generation(tracer, span, jobs, submitted_ns)  # type: ignore[arg-type]
 
     async def _constraints(self, grammar: str, count: int) -> list[GrammarConstraint]:
         """One grammar state per sequence. Compiling a large grammar can take a while, so it runs off the loop;

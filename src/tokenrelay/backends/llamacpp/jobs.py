@@ -64,6 +64,8 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     serial: int = 0  # admission order, set by the scheduler
     cached_tokens: int = 0
+    placed_ns: int = 0  # wall-clock times (ns) the job got its slot and finished its prompt, for its trace
+    prompt_done_ns: int = 0
     completion_tokens: int = 0
     running: int = 0
     scored: list[TokenLogprob] = field(default_factory=list)

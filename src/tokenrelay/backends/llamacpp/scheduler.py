@@ -196,6 +196,7 @@ class Scheduler:
         primary.job, primary.pending = job, job.prompt[keep:]
         job.cached_tokens = keep
         job.running = len(job.seqs)
+        job.placed_ns = time.time_ns()
         for slot in others:
             slot.job, slot.primary = job, primary
 
@@ -315,6 +316,7 @@ class Scheduler:
 
     def _start_sequences(self, primary: Slot, row: int) -> None:
         job = primary.job
+        job.prompt_done_ns = time.time_ns()
         secondaries = [s for s in self.slots if s.primary is primary]
         shared = None
         if secondaries:

@@ -108,6 +108,13 @@ def test_a_streamed_chat_on_the_engine_is_one_span_tree(traced: Server, receiver
     )
     assert stages["decode"].attributes["tokenrelay.completion_tokens"] == usage.completion_tokens
     assert stages["prompt"].attributes["tokenrelay.prompt_tokens"] == usage.prompt_tokens
+    # The ledger writes rows in batches after their calls: each write is a span of its own, linked to the calls.
+    write = receiver.wait_for(
+        lambda spans: next(
+            (s for s in spans if s.name == "ledger write" and (span.trace_id, span.span_id) in s.links), None
+        )
+    )
+    assert write.attributes["tokenrelay.ledger.rows"] >= 1
 
 
 def test_an_incoming_traceparent_is_continued(traced: Server, receiver: Receiver) -> None:

@@ -30,6 +30,7 @@ class ReceivedSpan:
     events: dict[str, dict[str, Any]]
     start_ns: int
     end_ns: int
+    links: list[tuple[str, str]]  # (trace id, span id) of each linked span
 
 
 def _value(value: AnyValue) -> Any:
@@ -66,6 +67,7 @@ class Receiver:
                         events={e.name: _attributes(e.attributes) | {"_time": e.time_unix_nano} for e in span.events},
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
+                        links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                     )
                     with self.lock:
                         self.spans.append(received)

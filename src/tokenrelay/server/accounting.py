@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.loopback import is_loopback
@@ -23,6 +24,9 @@ from tokenrelay.store.migrate import upgrade
 from tokenrelay.usage.ledger import Ledger
 from tokenrelay.usage.spill import SpillFiles
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
 log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 60.0
@@ -33,14 +37,14 @@ class ExposedWithoutKeys(RuntimeError):
 
 
 class Accounting:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracer: Tracer | None = None) -> None:
         self.settings = settings
         self.url = database_url(settings)
         self.engine = create_engine(self.url)
         self.keys = KeyStore(self.engine)
         self.verifier = KeyVerifier(self.keys, settings)
         self.limiter = Limiter(self.engine)
-        self.ledger = Ledger(self.engine, settings.accounting, self._spill_files())
+        self.ledger = Ledger(self.engine, settings.accounting, self._spill_files(), tracer)
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()

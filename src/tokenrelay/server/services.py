@@ -54,7 +54,7 @@ class Services:
         several = self.settings.workers > 1
         self.worker = os.getpid() if several else None
         self.metrics = Metrics(self.backend_statuses, shared_metrics_dir() if several else None)
-        self.accounting = Accounting(self.settings)
+        self.accounting = Accounting(self.settings, None if self.tracing is None else self.tracing.tracer)
         self.responses = ResponseStore(self.accounting.engine, self.settings.responses)
         store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
         self.nodes = NodeSync(

@@ -22,6 +22,8 @@ import logging
 from collections import deque
 from pathlib import Path
 
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Tracer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tokenrelay.calls.record import Call
@@ -43,8 +45,11 @@ LOCKED_PATIENCE_SECONDS = 0.25
 
 
 class Ledger:
-    def __init__(self, engine: AsyncEngine, settings: AccountingSettings, spills: SpillFiles) -> None:
+    def __init__(
+        self, engine: AsyncEngine, settings: AccountingSettings, spills: SpillFiles, tracer: Tracer | None = None
+    ) -> None:
         self.engine = engine
+        self.tracer = tracer  # set when traces are exported: each write is a span linked to its calls' spans
         self.settings = settings
         self.spills = spills
         self.written = 0
@@ -133,6 +138,14 @@ class Ledger:
             await self._checkpoint()
 
     async def _write(self, batch: list[LedgerEntry], inline: InlineWriter | None) -> int:
+        if self.tracer is None:
+            return await self._write_rows(batch, inline)
+        links = [Link(entry.span_context) for entry in batch if entry.span_context is not None]
+        with self.tracer.start_as_current_span("ledger write", context=Context(), links=links) as span:
+            span.set_attribute("tokenrelay.ledger.rows", len(batch))
+            return await self._write_rows(batch, inline)
+
+    async def _write_rows(self, batch: list[LedgerEntry], inline: InlineWriter | None) -> int:
         if inline is not None and inline.takes(batch) and await _written_inline(inline, batch):
             await asyncio.sleep(0)  # the loop serves its requests between two transactions of a backlog
             return len(batch)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenrelay.calls.record import Call
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
 from tokenrelay.limits.limiter import Reservation
 from tokenrelay.store.ids import time_ordered_id
 
@@ -16,6 +19,7 @@ from tokenrelay.store.ids import time_ordered_id
 class LedgerEntry:
     values: dict[str, Any]  # the `usage` row
     reservation: Reservation | None
+    span_context: SpanContext | None = None  # the call's span, when traced: the ledger write's span links to it
 
     @property
     def id(self) -> str:
@@ -69,4 +73,4 @@ def entry_for(call: Call) -> LedgerEntry:
         "started_at": _utc(call.started_at),
         "ended_at": _utc(call.started_at + call.latency),
     }
-    return LedgerEntry(values, call.reservation)
+    return LedgerEntry(values, call.reservation, None if call.span is None else call.span.get_span_context())

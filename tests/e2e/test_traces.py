@@ -15,7 +15,7 @@ from helpers import CHAT_MODEL
 from otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
 from servers import Server, free_port, start_server
 
-SPAN_KIND_SERVER = 2
+SPAN_KIND_SERVER, SPAN_KIND_CLIENT = 2, 3
 PROMPT = [{"role": "user", "content": "Say hello to the harbour."}]
 
 
@@ -132,14 +132,19 @@ def test_an_incoming_traceparent_is_continued(traced: Server, receiver: Receiver
 
 
 def test_a_relayed_call_is_one_trace_across_the_gateway_and_its_node(receiver: Receiver, tmp_path: Path) -> None:
+    """The gateway knows a dead node and a live tokenrelay node: the attempts on both are spans, the dead one with
+    its retry reason, and the live node's spans continue the attempt that reached it."""
     node = start_server(
         tmp_path, "--database-url", f"sqlite:///{tmp_path}/node.db", env=traced_env(receiver.url, "node")
     )
     try:
+        upstreams = [
+            {"url": f"http://127.0.0.1:{free_port()}/v1", "name": "dead"},
+            {"url": f"{node.base_url}/v1", "name": "live"},
+        ]
         config = tmp_path / "gateway.yaml"
-        config.write_text(
-            yaml.safe_dump({"models": [{"id": CHAT_MODEL, "upstreams": [{"url": f"{node.base_url}/v1"}]}]})
-        )
+        routing = {"health": {"probe_interval": 0}}  # no probe marks the dead node down before a request finds it
+        config.write_text(yaml.safe_dump({"routing": routing, "models": [{"id": CHAT_MODEL, "upstreams": upstreams}]}))
         gateway = start_server(
             tmp_path,
             "--config",
@@ -150,23 +155,40 @@ def test_a_relayed_call_is_one_trace_across_the_gateway_and_its_node(receiver: R
             data_dir=tmp_path,
         )
         try:
-            reply = gateway.client().chat.completions.with_raw_response.create(
-                model=CHAT_MODEL, messages=PROMPT, max_tokens=4, temperature=0
-            )
-            request_id = reply.headers["x-request-id"]
+            client = gateway.client()
+            request_ids = [
+                client.chat.completions.with_raw_response.create(
+                    model=CHAT_MODEL, messages=PROMPT, max_tokens=4, temperature=0
+                ).headers["x-request-id"]
+                for _ in range(2)  # nodes are taken in turn: one of the two calls tries the dead node first
+            ]
         finally:
             gateway.stop()
     finally:
         node.stop()
-    front = call_span(receiver, request_id, "gateway")
-    assert front.attributes["tokenrelay.node"]
+    fronts = [call_span(receiver, request_id, "gateway") for request_id in request_ids]
+    assert all(front.attributes["tokenrelay.node"] == "live" for front in fronts)
+    attempts = {
+        front.span_id: sorted(
+            (s for s in receiver.children(front) if s.kind == SPAN_KIND_CLIENT), key=lambda s: s.start_ns
+        )
+        for front in fronts
+    }
+    failed_over = next(front for front in fronts if len(attempts[front.span_id]) == 2)
+    dead, live = attempts[failed_over.span_id]
+    assert (dead.name, live.name) == ("upstream dead", "upstream live")
+    assert dead.attributes["tokenrelay.retry_reason"] and "tokenrelay.retry_reason" not in live.attributes
     back = receiver.wait_for(
         lambda spans: next(
-            (s for s in spans if s.service == "node" and s.trace_id == front.trace_id and s.kind == SPAN_KIND_SERVER),
+            (
+                s
+                for s in spans
+                if s.service == "node" and s.trace_id == failed_over.trace_id and s.kind == SPAN_KIND_SERVER
+            ),
             None,
         )
     )
-    assert back.parent_id == front.span_id  # the node's server span continues the gateway's call span
+    assert back.parent_id == live.span_id  # the node's server span continues the attempt that reached it
     node_call = receiver.wait_for(lambda _: next(iter(receiver.children(back)), None))
     assert node_call.attributes["gen_ai.request.model"] == CHAT_MODEL
 

@@ -20,7 +20,6 @@ from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
     from opentelemetry.trace import Tracer
 
 
@@ -173,9 +172,8 @@ class Ticket:
     request_id: str
     background: bool = False  # a batch line: served in the capacity interactive calls leave free
     consumed: Usage | None = None
-    # Set when traces are exported: the backend's spans are children of the call's span (`trace_context`).
+    # Set when traces are exported; the call's span is the current span while the backend is asked and read.
     tracer: Tracer | None = None
-    trace_context: Context | None = None
 
 
 class Backend(Protocol):

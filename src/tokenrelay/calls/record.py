@@ -62,7 +62,8 @@ class Call:
     reservation: Reservation | None = None  # what admission reserved against the key's limits
     tokens_seen: int = 0  # generated tokens observed in the events, for calls that end without a usage report
     usage_reported: bool = False
-    span: Span | None = None  # the call's server span, when traces are exported
+    span: Span | None = None  # the call's span, when traces are exported
+    trace_token: object = None  # what makes `span` the current span until the call ends
     captured: list[str] | None = None  # the generated text, gathered only when traces capture content
     ticket: Ticket = field(init=False)  # what the backend is handed, and what it reports back on the way out
 

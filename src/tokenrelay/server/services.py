@@ -7,7 +7,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.trace import Tracer
 from starlette.requests import Request
 
 from tokenrelay.auth.verifier import KeyVerifier
@@ -96,13 +98,17 @@ class Services:
     ) -> RoutedBackend:
         routing = self.settings.routing_for(model)
         if engine is None:
-            return RoutedBackend(model_id, routing, nodes, dynamic=model is None)
+            return RoutedBackend(model_id, routing, nodes, dynamic=model is None, tracer=self._tracer)
         capacity, counter = None, None
         if isinstance(engine, LlamaCppBackend):
             capacity = engine.engine_settings.slots + engine.engine_settings.queue_size
             counter = EngineCounter(engine)
         member = EmbeddedMember(engine, routing, max_in_flight=capacity)
-        return RoutedBackend(model_id, routing, nodes, embedded=member, counter=counter)
+        return RoutedBackend(model_id, routing, nodes, embedded=member, counter=counter, tracer=self._tracer)
+
+    @property
+    def _tracer(self) -> Tracer | None:
+        return None if self.tracing is None else self.tracing.tracer
 
     async def routed_backend(self, model_id: str) -> RoutedBackend:
         """The routed backend of `model_id`, made when a node registers for a model that has none yet.
@@ -144,10 +150,11 @@ class Services:
         self.accounting.begin(call, principal)
         if self.tracing is not None:
             # The call's own span, a child of the HTTP server span (which ends with the response's last byte,
-            # before the call is over); the admission's and the backend's spans are its children.
+            # before the call is over). It is the current span until the call ends, in the call's task: the
+            # admission's, the engine's and the node attempts' spans are its children.
             call.span = self.tracing.tracer.start_span(genai.OPERATIONS.get(call.endpoint, call.endpoint))
+            call.trace_token = otel_context.attach(trace.set_span_in_context(call.span))
             call.ticket.tracer = self.tracing.tracer
-            call.ticket.trace_context = trace.set_span_in_context(call.span)
             if self.tracing.capture_content:
                 call.captured = []
 
@@ -160,7 +167,7 @@ class Services:
             return await self._admit(call, body)
         call.span.set_attributes(genai.request_attributes(call, body, self.tracing.capture_content))
         call.span.update_name(f"{genai.OPERATIONS.get(call.endpoint, call.endpoint)} {call.model}")
-        with self.tracing.tracer.start_as_current_span("admission", context=call.ticket.trace_context) as span:
+        with self.tracing.tracer.start_as_current_span("admission") as span:
             backend = await self._admit(call, body)
             if call.reservation is not None:
                 span.set_attribute("tokenrelay.reserved_tokens", call.reservation.tokens)
@@ -183,6 +190,7 @@ class Services:
         if call.span is not None:
             genai.finish(call.span, call)
             call.span.end()
+            otel_context.detach(call.trace_token)  # type: ignore[arg-type]
         self.finished.add(call)
 
     def _log_call(self, call: Call) -> None:

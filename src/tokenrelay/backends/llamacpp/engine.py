@@ -335,7 +335,7 @@ class LlamaCppBackend:
         finished = False
         tracer, span = ticket.tracer, None
         if tracer is not None:
-            span = spans.generation_span(tracer, ticket.trace_context, self.card.id, ticket.background)
+            span = spans.generation_span(tracer, self.card.id, ticket.background)
         submitted_ns = time.time_ns()
         try:
             for job in jobs:

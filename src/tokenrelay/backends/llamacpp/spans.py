@@ -8,15 +8,15 @@ from __future__ import annotations
 import time
 
 from opentelemetry import trace
-from opentelemetry.context import Context
 from opentelemetry.trace import Span, Tracer
 
 from tokenrelay.backends.llamacpp.jobs import Job
 
 
-def generation_span(tracer: Tracer, parent: Context | None, model: str, background: bool) -> Span:
+def generation_span(tracer: Tracer, model: str, background: bool) -> Span:
+    """A child of the current span (the call's)."""
     attributes = {"gen_ai.system": "llama.cpp", "gen_ai.request.model": model, "tokenrelay.background": background}
-    return tracer.start_span("llama.cpp generate", context=parent, attributes=attributes)
+    return tracer.start_span("llama.cpp generate", attributes=attributes)
 
 
 def end_generation(tracer: Tracer, span: Span, jobs: list[Job], submitted_ns: int) -> None:

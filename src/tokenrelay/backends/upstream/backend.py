@@ -17,8 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import aclosing
 from typing import TypeVar
 
+from opentelemetry.trace import Tracer
+
 from tokenrelay import __version__
 from tokenrelay.backends.base import Embeddings, Events, ModelCard, PromptCount, Served, Ticket
+from tokenrelay.backends.upstream.attempt_spans import attempt_span, end_attempt, use_span
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
 from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text, prompt_tokens
@@ -50,12 +53,14 @@ class RoutedBackend:
         embedded: EmbeddedMember | None = None,
         counter: TokenCounter | None = None,
         dynamic: bool = False,
+        tracer: Tracer | None = None,
     ) -> None:
         self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(time.time()))
         self.routing = routing
         self.embedded = embedded
         self.counter = counter or ApproxCounter()
         self.dynamic = dynamic  # created by a node's registration: removed with its last node
+        self.tracer = tracer  # set when traces are exported: each attempt on a member is a span
         self.nodes: dict[str, Node] = {}
         self._picks = 0
         self._prober: asyncio.Task[None] | None = None
@@ -179,17 +184,22 @@ class RoutedBackend:
         for member in self._attempts(candidates, None):
             self._begin(member)
             started = time.monotonic()
+            span = attempt_span(self.tracer, member, len(failures))
             try:
-                result = await ask(member)
+                with use_span(span):
+                    result = await ask(member)
                 member.breaker.success()
             except NodeFailure as exc:
                 self._failed(member, exc)
                 failures.append(exc)
+                end_attempt(span, exc)
+                span = None
                 continue
             except APIError:
                 member.breaker.success()  # the member is fine; it refused this request
                 raise
             finally:
+                end_attempt(span)
                 await self._end(member)
             if timed:
                 member.load.observe_latency(time.monotonic() - started)
@@ -238,13 +248,17 @@ class RoutedBackend:
             # `NodeFailure` before its first event passes the request on; after it, the stream is broken.
             self._begin(member)
             started = time.monotonic()
+            span = attempt_span(self.tracer, member, len(failures))
             try:
-                events = answer(member)
+                with use_span(span):  # the attempt's span is the parent the node is told of (`traceparent`)
+                    events = answer(member)
                 async with aclosing(events):
                     try:
                         first = await self._first(member, events)
                     except NodeFailure as exc:  # nothing has reached the client: another member may serve
                         failures.append(exc)
+                        end_attempt(span, exc)
+                        span = None
                         continue
                     member.load.observe_latency(time.monotonic() - started)
                     yield [Served(member.name, member.kind), *first]
@@ -253,9 +267,12 @@ class RoutedBackend:
                             yield batch
                     except NodeFailure as exc:
                         self._failed(member, exc)
+                        end_attempt(span, exc)
+                        span = None
                         raise broken_stream(exc.reason) from None
                 return
             finally:
+                end_attempt(span)
                 await self._end(member)
         raise exhausted(failures)
 

@@ -13,7 +13,6 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import propagate
-from opentelemetry.context import Context
 
 from tokenrelay.backends.base import Backend, Embeddings, Events, PromptCount, Ticket
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
@@ -108,7 +107,7 @@ class Node:
 
     def events(self, request: Request, ticket: Ticket) -> AsyncIterator[Events]:
         exchange = self._exchange(request)
-        headers = trace_headers(ticket.request_id, ticket.trace_context)
+        headers = trace_headers(ticket.request_id)
         meter = Meter(request, self.counter, self.template)
         return relay(self.client, exchange, headers, self.routing.timeouts, meter)
 
@@ -153,7 +152,7 @@ class Node:
             self.client,
             "/embeddings",
             body,
-            trace_headers(ticket.request_id, ticket.trace_context),
+            trace_headers(ticket.request_id),
             self.routing.timeouts,
         )
         return embeddings_of(answer, request, self.counter)
@@ -231,15 +230,15 @@ class EmbeddedMember:
 _UUID = re.compile(r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 
 
-def trace_headers(request_id: str, trace_context: Context | None = None) -> dict[str, str]:
+def trace_headers(request_id: str) -> dict[str, str]:
     """The request id for the node's logs, when it is a UUID (ours always are; a client's may not be), and the
-    trace's `traceparent` when the call is traced, so a node's own spans join the trace.
+    current span's `traceparent` when the call is traced (the attempt's span), so a node's own spans join the trace.
 
     Some nodes refuse any other `X-Request-ID` (llama-cpp-python's server answers 400), so a client's
     free-form id stays with us rather than break the request.
     """
     headers = {"X-Request-ID": request_id} if _UUID.fullmatch(request_id) else {}
-    propagate.inject(headers, context=trace_context)  # an untraced call has no span: no traceparent is sent
+    propagate.inject(headers)  # an untraced call has no span: no traceparent is sent
     return headers
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -59,27 +60,29 @@ class EngineSettings(BaseModel):
 
 
 _PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
-_H16 = r"[0-9A-Fa-f]{1,4}"
-_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-_LS32 = rf"({_H16}:{_H16}|{_OCTET}(\.{_OCTET}){{3}})"
-# RFC 3986's IPv6address, the forms `urlsplit` accepts between brackets (it checks them with `ipaddress`).
-_IPV6 = "|".join(
-    (
-        rf"({_H16}:){{6}}{_LS32}",
-        rf"::({_H16}:){{5}}{_LS32}",
-        rf"({_H16})?::({_H16}:){{4}}{_LS32}",
-        rf"(({_H16}:){{0,1}}{_H16})?::({_H16}:){{3}}{_LS32}",
-        rf"(({_H16}:){{0,2}}{_H16})?::({_H16}:){{2}}{_LS32}",
-        rf"(({_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
-        rf"(({_H16}:){{0,4}}{_H16})?::{_LS32}",
-        rf"(({_H16}:){{0,5}}{_H16})?::{_H16}",
-        rf"(({_H16}:){{0,6}}{_H16})?::",
-    )
-)
 # Credentials and the rest of the URL in visible ASCII (non-ASCII is percent-encoded), spelled out as ranges: `\s`
 # and `\S` differ between the document's regex dialect and pydantic's (U+0085 is a space in one only).
 _USERINFO = r"[\x21\x22\x24-\x2e\x30-\x3e\x41-\x5a\x5c\x5e-\x7e]+"  # visible ASCII but / ? # @ [ ]
-_NODE_URL = rf"^https?://({_USERINFO}@)?([A-Za-z0-9._~%-]+|\[({_IPV6})\])(:{_PORT})?([/?#][\x21-\x7e]*)?$"
+# The URL's shape, for the API document; what is between an IPv6 literal's brackets is judged by the standard
+# library (`node_url_problem`), which knows every form RFC 3986 allows.
+_NODE_URL = rf"^https?://({_USERINFO}@)?([A-Za-z0-9._~%-]+|\[[0-9A-Fa-f:.]+\])(:{_PORT})?([/?#][\x21-\x7e]*)?$"
+
+
+def node_url_problem(url: str) -> str | None:
+    """What is wrong with a node URL that has the right shape (`_NODE_URL`), or None."""
+    try:
+        parts = urlsplit(url)  # checks a bracketed host with `ipaddress`
+    except ValueError:
+        return "the URL's IPv6 address is not valid"
+    host = parts.hostname or ""
+    if parts.netloc.rpartition("@")[2].startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return "the URL's IPv6 address is not valid"
+    if not host:
+        return "the URL has no host"
+    return None
 
 
 # A key sent in a request header: visible ASCII characters, no spaces or line breaks.
@@ -109,13 +112,9 @@ class UpstreamSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _has_host(cls, url: str) -> str:
-        parts = urlsplit(url)
-        try:
-            parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-        except ValueError:
-            raise ValueError("the URL's port is not a valid port number") from None
-        if not parts.hostname:
-            raise ValueError("the URL has no host")
+        problem = node_url_problem(url)
+        if problem is not None:
+            raise ValueError(problem)
         return url
 
     @field_validator("api_key")

@@ -17,7 +17,9 @@ compares a value only with constants) or with the clock:
   which `uniqueItems` (whole items) cannot say;
 - a last message that is continued (a Messages prefill, chat's `continue_final_message`) is an assistant's with
   text only: a property of the array's last item, which `items` cannot single out;
-- a key's `expires` is in the future, a usage window's `since`/`until` fit the bucket: judged against the clock.
+- a key's `expires` is in the future, a usage window's `since`/`until` fit the bucket: judged against the clock;
+- a node URL's IPv6 literal is an IPv6 address: the document gives the URL's shape, the standard library the
+  address forms RFC 3986 allows (a pattern for all of them would be a page long).
 Every other rule must be in the document itself.
 
 The document names the served models as examples of `model`, so valid requests reach them. What a model can
@@ -34,6 +36,7 @@ from typing import Any
 
 import schemathesis
 
+from tokenrelay.config import node_url_problem
 from tokenrelay.store.timeutil import parse_expiry, parse_instant, utcnow
 from tokenrelay.usage.window import window
 
@@ -146,6 +149,8 @@ def _body_fits(path: str, body: dict[str, Any]) -> bool:
         return _best_of_fits(body)
     if path == "/admin/keys" and isinstance(body.get("expires"), str):
         return _in_future(body["expires"])
+    if path == "/admin/nodes" and isinstance(body.get("url"), str):
+        return node_url_problem(body["url"]) is None
     return True
 
 

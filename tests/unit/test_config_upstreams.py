@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from tokenrelay.config import ModelSettings, UpstreamSettings, load_settings
 
@@ -73,3 +74,14 @@ def test_native_apis_name_only_the_apis_that_can_be_relayed() -> None:
     assert UpstreamSettings(url="http://10.0.0.7:8000/v1").native_apis == []
     with pytest.raises(ValueError, match="native_apis"):
         UpstreamSettings(url="http://10.0.0.7:8000/v1", native_apis=["chat"])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("host", ["[::1]", "[2001:db8::8:800:200c:417a]", "[::ffff:10.0.0.1]", "[fe80::1]"])
+def test_a_node_url_may_name_any_ipv6_address(host: str) -> None:
+    assert UpstreamSettings(url=f"http://{host}:8000/v1").label == f"{host}:8000"
+
+
+@pytest.mark.parametrize("host", ["[::1::]", "[12345::1]", "[1:2:3:4:5:6:7:8:9]", "[::ffff:10.0.0.256]", "[:]"])
+def test_a_node_url_with_an_address_that_is_not_ipv6_is_refused(host: str) -> None:
+    with pytest.raises(ValidationError, match="IPv6 address is not valid"):
+        UpstreamSettings(url=f"http://{host}:8000/v1")

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import aclosing
 from typing import TypeVar
 
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer
 
 from tokenrelay import __version__
 from tokenrelay.backends.base import Embeddings, Events, ModelCard, PromptCount, Served, Ticket
@@ -181,26 +181,16 @@ class RoutedBackend:
         as for chat. `timed`: the answer's time feeds the member's latency (a generation's does; a count's
         would only skew it)."""
         failures: list[NodeFailure] = []
-        for member in self._attempts(candidates, None):
-            self._begin(member)
+        for number, member in enumerate(self._attempts(candidates, None)):
             started = time.monotonic()
-            span = attempt_span(self.tracer, member, len(failures))
             try:
-                with use_span(span):
-                    result = await ask(member)
-                member.breaker.success()
+                async with self._attempt(member, number) as span:
+                    with use_span(span):
+                        result = await ask(member)
+                    member.breaker.success()
             except NodeFailure as exc:
-                self._failed(member, exc)
                 failures.append(exc)
-                end_attempt(span, exc)
-                span = None
                 continue
-            except APIError:
-                member.breaker.success()  # the member is fine; it refused this request
-                raise
-            finally:
-                end_attempt(span)
-                await self._end(member)
             if timed:
                 member.load.observe_latency(time.monotonic() - started)
             return member, result
@@ -243,37 +233,29 @@ class RoutedBackend:
         affinity = self.routing.affinity
         key = prefix_key(prompt_text(request), affinity) if affinity.enabled else None
         failures: list[NodeFailure] = []
-        for member in self._attempts(candidates, key):
+        for number, member in enumerate(self._attempts(candidates, key)):
             # One member's answer, inline rather than a generator of its own (one layer less for every event):
             # `NodeFailure` before its first event passes the request on; after it, the stream is broken.
-            self._begin(member)
             started = time.monotonic()
-            span = attempt_span(self.tracer, member, len(failures))
+            streaming = False
             try:
-                with use_span(span):  # the attempt's span is the parent the node is told of (`traceparent`)
-                    events = answer(member)
-                async with aclosing(events):
-                    try:
-                        first = await self._first(member, events)
-                    except NodeFailure as exc:  # nothing has reached the client: another member may serve
-                        failures.append(exc)
-                        end_attempt(span, exc)
-                        span = None
-                        continue
-                    member.load.observe_latency(time.monotonic() - started)
-                    yield [Served(member.name, member.kind), *first]
-                    try:
+                async with self._attempt(member, number) as span:
+                    with use_span(span):  # the attempt's span is the parent the node is told of (`traceparent`)
+                        events = answer(member)
+                    async with aclosing(events):
+                        first = await anext(events, [])
+                        member.breaker.success()
+                        member.load.observe_latency(time.monotonic() - started)
+                        streaming = True
+                        yield [Served(member.name, member.kind), *first]
                         async for batch in events:
                             yield batch
-                    except NodeFailure as exc:
-                        self._failed(member, exc)
-                        end_attempt(span, exc)
-                        span = None
-                        raise broken_stream(exc.reason) from None
-                return
-            finally:
-                end_attempt(span)
-                await self._end(member)
+            except NodeFailure as exc:
+                if streaming:
+                    raise broken_stream(exc.reason) from None
+                failures.append(exc)  # nothing has reached the client: another member may serve
+                continue
+            return
         raise exhausted(failures)
 
     def _attempts(self, candidates: Callable[[], Sequence[M]], key: str | None) -> Iterator[M]:
@@ -287,17 +269,26 @@ class RoutedBackend:
             tried.add(member.name)
             yield member
 
-    async def _first(self, member: Member, events: AsyncIterator[Events]) -> Events:
+    @contextlib.asynccontextmanager
+    async def _attempt(self, member: M, number: int) -> AsyncIterator[Span | None]:
+        """One try of a request on a member: counted in its load, its breaker and a span when traced. A
+        `NodeFailure` out of the block counts against the member; an `APIError` is the request's own (the member
+        answered, and is fine)."""
+        self._begin(member)
+        span = attempt_span(self.tracer, member, number)
+        failure = None
         try:
-            first = await anext(events, [])
+            yield span
         except NodeFailure as exc:
             self._failed(member, exc)
+            failure = exc
             raise
         except APIError:
-            member.breaker.success()  # the member is fine; it refused this request
+            member.breaker.success()
             raise
-        member.breaker.success()
-        return first
+        finally:
+            end_attempt(span, failure)
+            await self._end(member)
 
     def _begin(self, member: Member) -> None:
         self._picks += 1

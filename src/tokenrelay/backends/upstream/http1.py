@@ -103,6 +103,10 @@ class Reply:
             self._waiter.set_result(None)
 
 
+# The largest answer head (status line and headers) taken from a node; servers send a few hundred bytes.
+MAX_HEAD_BYTES = 64 * 1024
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection and the exchange on it; httptools calls the `on_*` methods."""
 
@@ -117,6 +121,7 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._paused = False
         self._unsent: bytes | None = None  # a request not yet written (see `send`)
+        self._head_bytes = 0  # bytes received while the answer's head is incomplete
 
     # The exchange ---------------------------------------------------------------------------------
     def send(self, data: bytes) -> asyncio.Future[Reply]:
@@ -129,6 +134,7 @@ class _Connection(asyncio.Protocol):
         self.head = asyncio.get_running_loop().create_future()
         self.keep_alive = False
         self._unsent = data
+        self._head_bytes = 0
         self.pool.writes.add(self)
         return self.head
 
@@ -177,6 +183,12 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(ConnectionLost(f"the node's answer is not valid HTTP ({exc})"))
             self.close()
+            return
+        if self.head is not None and not self.head.done():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:  # llhttp sets no bound on a head: a node could feed one forever
+                self._fail(ConnectionLost(f"the node's answer head is over {MAX_HEAD_BYTES // 1024} KiB"))
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

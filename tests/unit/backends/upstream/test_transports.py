@@ -417,3 +417,55 @@ async def test_an_https_node_whose_ca_the_system_trusts_is_served(
         pool = Pool(url, {}, connect_timeout=2)
         assert await exchange(pool, b"{}") == (200, b'{"echo":2}')
         await pool.close()
+
+
+# Malformed answers a node might send (a bug, a proxy, a port that is not HTTP): each is refused as a lost
+# connection, promptly, and never read as a complete answer. The style of h11's own tests: raw bytes in, a
+# verdict out.
+MALFORMED = {
+    "bad chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+    "chunk size line without end": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 70_000,
+    "chunk longer than announced": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n",
+    "close before the last chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    "huge header": b"HTTP/1.1 200 OK\r\nX-Filler: " + b"a" * 200_000 + b"\r\nContent-Length: 2\r\n\r\n{}",
+    "conflicting content lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 7\r\n\r\n{}",
+    "status line that is not HTTP": b"HTTP/9 OK\r\nContent-Length: 2\r\n\r\n{}",
+    "header without a colon": b"HTTP/1.1 200 OK\r\nContent-Length 2\r\n\r\n{}",
+}
+
+
+@pytest.mark.parametrize("answer", MALFORMED.values(), ids=MALFORMED.keys())
+async def test_a_malformed_answer_is_a_lost_connection_never_a_short_body(make: Make, answer: bytes) -> None:
+    async with serving(answering(answer)) as (_, url):
+        pool = make(url, {}, connect_timeout=2)
+        try:
+            with pytest.raises(ConnectionLost):
+                await asyncio.wait_for(exchange(pool), 10)
+        finally:
+            await pool.close()
+
+
+async def test_an_informational_answer_before_the_real_one_is_skipped(make: Make) -> None:
+    answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    async with serving(answering(answer)) as (_, url):
+        pool = make(url, {}, connect_timeout=2)
+        try:
+            assert await asyncio.wait_for(exchange(pool), 10) == (200, b"{}")
+        finally:
+            await pool.close()
+
+
+async def test_a_folded_header_is_refused_or_unfolded_never_misread(make: Make) -> None:
+    """A header continued on the next line (obs-fold, RFC 9112 5.2): a client must refuse it or read it as one
+    value; a folded line must never be taken for a header of its own (here it would end the body early)."""
+    answer = b"HTTP/1.1 200 OK\r\nX-Note: one\r\n Content-Length: 1\r\nContent-Length: 2\r\n\r\n{}"
+    async with serving(answering(answer)) as (_, url):
+        pool = make(url, {}, connect_timeout=2)
+        try:
+            try:
+                outcome = await asyncio.wait_for(exchange(pool), 10)
+            except ConnectionLost:
+                return
+            assert outcome == (200, b"{}")
+        finally:
+            await pool.close()

@@ -188,17 +188,13 @@ def start_tokenrelay(
     workers: int,
     name: str | None = None,
     env: dict[str, str] | None = None,
-    node_client: str = "http1",
 ) -> Target:
-    """A tokenrelay with `node` as its one upstream, reached with `node_client` (its `routing.node_client`):
-    this checkout's `src` unless `env` names another `PYTHONPATH` (`benchmarks/paired.py` runs several source
-    trees side by side)."""
+    """A tokenrelay with `node` as its one upstream: this checkout's `src` unless `env` names another
+    `PYTHONPATH` (`benchmarks/paired.py` runs several source trees side by side)."""
     port = free_port()
     name = name or ("tokenrelay" if workers == 1 else f"tokenrelay-w{workers}")
     upstream = {"url": node.url.removesuffix("/chat/completions"), "name": "mock", "model": "mock"}
     settings = yaml.safe_load(extra.read_text()) if extra else {}
-    if node_client != "http1":  # written only when asked for, so older trees (before the setting) run too
-        settings.setdefault("routing", {})["node_client"] = node_client
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(settings | {"models": [{"id": "bench", "upstreams": [upstream]}]}))
     log = work / f"{name}.log"
@@ -335,9 +331,6 @@ def main() -> int:
     )
     parser.add_argument("--tokenrelay-config", type=Path, help="extra YAML merged into the gateway's config")
     parser.add_argument(
-        "--node-client", choices=("http1", "aiohttp"), default="http1", help="tokenrelay's HTTP client for the node"
-    )
-    parser.add_argument(
         "--workers", default="1,2", help="tokenrelay worker counts to measure, comma-separated (default: 1,2)"
     )
     args = parser.parse_args()
@@ -351,15 +344,7 @@ def main() -> int:
         targets = [node]
         for workers in (int(w) for w in args.workers.split(",")):
             targets.append(
-                start_tokenrelay(
-                    stack,
-                    args.work_dir,
-                    node,
-                    args.tokenrelay_key,
-                    args.tokenrelay_config,
-                    workers,
-                    node_client=args.node_client,
-                )
+                start_tokenrelay(stack, args.work_dir, node, args.tokenrelay_key, args.tokenrelay_config, workers)
             )
         if not args.skip_litellm:
             targets.append(start_litellm(stack, args.work_dir, args.work_dir / "litellm-venv", node))
@@ -379,7 +364,7 @@ def main() -> int:
     rounds = f", medians of {args.rounds} rounds" if args.rounds > 1 else ""
     print(f"wrk, {args.seconds} s per cell after a 2 s warm-up{rounds}, {os.cpu_count()} CPUs; '!' marks errors")
     print(
-        f"tokenrelay: default settings (tokenrelay-wN: --workers N), node client {args.node_client},"
+        "tokenrelay: default settings (tokenrelay-wN: --workers N),"
         " a real API key checked on every request, ledger on (SQLite)"
     )
     print(table(results, [t.name for t in targets]))

@@ -4,8 +4,8 @@ Run from a checkout: `python benchmarks/paired.py before=/tmp/old/src after=src`
 `gateway.py`, whose helpers it uses). Each `name=path` is a tokenrelay `src` directory, e.g. a `git worktree`
 of an older commit; `name=path,VAR=value` also sets environment variables for that one. All of them start
 against the same mock node, and are then loaded with wrk in alternating order, round after round (so a noisy
-machine affects them alike). For each it prints requests/s, the p50 latency, its CPU time per request and the mock node's
-CPU time per request (what the node spends on what tokenrelay sends it), with medians at the end; `--direct`
+machine affects them alike). For each it prints requests/s, the p50 latency, its CPU time per request and the mock
+node's CPU time per request (what the node spends on what tokenrelay sends it), with medians at the end; `--direct`
 adds the mock node loaded directly, for the ratio the issue's target is set in.
 Not part of the test run: figures depend on the machine and on whatever else it is doing.
 """

@@ -173,7 +173,6 @@ class RoutingSettings(BaseModel):
     health: UpstreamHealth = Field(default_factory=UpstreamHealth)
     affinity: PrefixAffinity = Field(default_factory=PrefixAffinity)
     max_attempts: int = Field(default=3, ge=1, description="nodes tried for one request before giving up")
-    node_client: Literal["http1", "aiohttp"] = Field(default="http1", description="the HTTP client for the nodes")
     # Read from the top-level `routing:` only: registrations are a property of the server, not of one model.
     registry_sync_seconds: float = Field(
         default=2.0, gt=0, description="seconds between reloads of the nodes registered through /admin/nodes"

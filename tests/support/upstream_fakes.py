@@ -103,11 +103,9 @@ class Seen:
 
 
 class FakeNodes:
-    """Nodes at `http://127.0.0.1:<port>/<name>/v1`, each answering with its own handler, reached by the
-    backends made here through the `node_client` transport."""
+    """Nodes at `http://127.0.0.1:<port>/<name>/v1`, each answering with its own handler."""
 
-    def __init__(self, node_client: str = "http1") -> None:
-        self.node_client = node_client
+    def __init__(self) -> None:
         self.handlers: dict[str, Handler | str] = {}
         self.seen: list[Seen] = []
         self.backends: list[RoutedBackend] = []
@@ -151,19 +149,17 @@ class FakeNodes:
 
     def backend(self, *names: str, routing: RoutingSettings | None = None, **node: Any) -> RoutedBackend:
         upstreams = [UpstreamSettings(url=self.url(n), name=n, **node) for n in names]
-        routing = (routing or RoutingSettings()).model_copy(update={"node_client": self.node_client})
-        backend = RoutedBackend("m", routing, upstreams)
+        backend = RoutedBackend("m", routing or RoutingSettings(), upstreams)
         self.backends.append(backend)
         return backend
 
 
-def nodes_fixture(*node_clients: str) -> Any:
-    """The `nodes` fixture, for a test module to bind: `nodes = nodes_fixture()`; each test runs once per node
-    client named (default: http1's)."""
+def nodes_fixture() -> Any:
+    """The `nodes` fixture, for a test module to bind: `nodes = nodes_fixture()`."""
 
-    @pytest.fixture(params=node_clients or ("http1",))
-    async def nodes(request: pytest.FixtureRequest) -> AsyncIterator[FakeNodes]:
-        fake = FakeNodes(request.param)
+    @pytest.fixture
+    async def nodes() -> AsyncIterator[FakeNodes]:
+        fake = FakeNodes()
         await fake.start()
         try:
             yield fake

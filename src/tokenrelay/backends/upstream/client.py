@@ -6,15 +6,11 @@ import asyncio
 import logging
 
 from tokenrelay import __version__
-from tokenrelay.backends.upstream.aiohttp_transport import AiohttpTransport
 from tokenrelay.backends.upstream.http1 import Pool
 from tokenrelay.backends.upstream.transport import NodeReply, TransportError, TransportFactory
 from tokenrelay.config import UpstreamSettings, UpstreamTimeouts
 
 log = logging.getLogger(__name__)
-
-# What a model's `routing.node_client` setting names.
-TRANSPORTS: dict[str, TransportFactory] = {"http1": Pool, "aiohttp": AiohttpTransport}
 
 
 class NodeClient:

@@ -16,7 +16,7 @@ from opentelemetry import propagate
 
 from tokenrelay.backends.base import Backend, Embeddings, Events, PromptCount, Ticket
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
-from tokenrelay.backends.upstream.client import TRANSPORTS, NodeClient
+from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
@@ -96,8 +96,8 @@ class Node:
         self.node_model = settings.model or model_id
         self.routing = routing
         self.counter = counter
-        self.client = NodeClient(settings, routing.timeouts, TRANSPORTS[routing.node_client])
-        self.tokenizer = NodeTokenizer(settings, routing.timeouts, TRANSPORTS[routing.node_client])
+        self.client = NodeClient(settings, routing.timeouts)
+        self.tokenizer = NodeTokenizer(settings, routing.timeouts)
         self.template = TemplateAllowance(counter)
         self.load = Load()
         self.breaker = _breaker(routing)

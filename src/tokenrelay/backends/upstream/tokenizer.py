@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure
+from tokenrelay.backends.upstream.http1 import Pool
 from tokenrelay.backends.upstream.relay import fetch
 from tokenrelay.backends.upstream.transport import TransportFactory
 from tokenrelay.config import UpstreamSettings, UpstreamTimeouts
@@ -38,7 +39,9 @@ def server_root(url: str) -> str:
 class NodeTokenizer:
     """Counts prompts with one node's tokenizer endpoint."""
 
-    def __init__(self, settings: UpstreamSettings, timeouts: UpstreamTimeouts, transport: TransportFactory) -> None:
+    def __init__(
+        self, settings: UpstreamSettings, timeouts: UpstreamTimeouts, transport: TransportFactory = Pool
+    ) -> None:
         self.settings = settings
         self.timeouts = timeouts
         self.transport = transport

@@ -1,7 +1,8 @@
 """What the relay needs from an HTTP client for its nodes, after httpx's `AsyncBaseTransport`.
 
-Two implementations: `http1.Pool` (pooled connections on asyncio's `Protocol`, parsed by httptools) and
-`aiohttp_transport.AiohttpTransport`. A model's `routing.node_client` picks one. Deadlines are loop times
+The implementation is `http1.Pool` (pooled connections on asyncio's `Protocol`, parsed by httptools): a
+general-purpose client (aiohttp, httpx) costs the gateway about half again as much CPU per relayed request
+(`docs/benchmarks.md`); tests may hand a fake in its place. Deadlines are loop times
 (`loop.time()`), so that the relay can give each stage of an exchange its own.
 """
 

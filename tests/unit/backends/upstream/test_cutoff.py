@@ -29,7 +29,7 @@ from tokenrelay.backends.upstream.cutoff import Cutoff
 from tokenrelay.backends.upstream.metering import ApproxCounter
 
 pytestmark = ON_ASYNCIO
-nodes = nodes_fixture("http1", "aiohttp")
+nodes = nodes_fixture()
 
 WORDS = [f"w{i} " for i in range(50)]
 

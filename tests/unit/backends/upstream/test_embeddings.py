@@ -18,7 +18,7 @@ from tokenrelay.backends.upstream.metering import ApproxCounter
 from tokenrelay.errors import APIError, UpstreamError
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
-nodes = nodes_fixture("http1", "aiohttp")
+nodes = nodes_fixture()
 
 
 def request(value: Any = ("a", "b"), **fields: Any) -> EmbeddingRequest:

@@ -28,7 +28,7 @@ from tokenrelay.config import RoutingSettings, UpstreamTimeouts
 from tokenrelay.errors import APIError, Overloaded, UpstreamError
 
 pytestmark = ON_ASYNCIO
-nodes = nodes_fixture("http1", "aiohttp")
+nodes = nodes_fixture()
 
 GOOD = sse(chunk("fine", finish="stop"), usage_chunk(1, 1))
 

@@ -29,7 +29,7 @@ from tokenrelay.config import RoutingSettings, UpstreamTimeouts
 from tokenrelay.errors import UpstreamError
 
 pytestmark = ON_ASYNCIO
-nodes = nodes_fixture("http1", "aiohttp")
+nodes = nodes_fixture()
 
 NATIVE = {"native_apis": ["responses", "messages"]}
 

@@ -30,7 +30,7 @@ from tokenrelay.openai.render import ResponseMeta, collect
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 pytestmark = ON_ASYNCIO
-nodes = nodes_fixture("http1", "aiohttp")
+nodes = nodes_fixture()
 
 STREAM = sse(
     chunk("", role="assistant"),

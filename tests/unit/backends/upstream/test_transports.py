@@ -1,6 +1,7 @@
 """The node transports against raw loopback servers: framing, keep-alive, failures, flow control.
 
-Each behaviour is checked on both implementations of `transport.NodeTransport`: http1's and aiohttp's.
+The tests take the transport as a factory (`make`), so a second implementation of `transport.NodeTransport`
+would be checked by the same tests.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tokenrelay.backends.upstream import http1
-from tokenrelay.backends.upstream.aiohttp_transport import AiohttpTransport
 from tokenrelay.backends.upstream.http1 import Pool
 from tokenrelay.backends.upstream.transport import ConnectFailed, ConnectionLost, NodeTransport, Origin, ReadTimeout
 
@@ -36,9 +36,9 @@ pytestmark = [
 Make = Callable[..., NodeTransport]  # (url, headers, connect_timeout, keepalive=...) → a transport
 
 
-@pytest.fixture(params=[Pool, AiohttpTransport], ids=["http1", "aiohttp"])
-def make(request: pytest.FixtureRequest) -> Make:
-    return request.param
+@pytest.fixture
+def make() -> Make:
+    return Pool
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -272,7 +272,7 @@ async def exchange_fails_over_to_a_new_connection(pool: NodeTransport, server: S
 async def test_slow_reader_pauses_the_node_instead_of_buffering_everything(
     make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http1, "_HIGH_WATER", 1024)  # aiohttp's own limit is small enough as it is
+    monkeypatch.setattr(http1, "_HIGH_WATER", 1024)  # pause early: a small limit makes the test quick
     piece = b"z" * 65536
     total = 512  # 32 MiB: more than loopback's socket buffers hold
     sent = 0

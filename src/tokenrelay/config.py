@@ -219,6 +219,28 @@ class ResponsesSettings(BaseModel):
     sweep_seconds: float = Field(default=3600.0, gt=0, description="seconds between removals of expired responses")
 
 
+class BatchSettings(BaseModel):
+    """The Batch API (`/v1/files`, `/v1/batches`): limits of input files and how batches run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_file_bytes: int = Field(default=200 << 20, ge=1, description="largest file `/v1/files` accepts (413 above)")
+    max_lines: int = Field(default=50_000, ge=1, description="most request lines one batch input file may hold")
+    concurrency: int = Field(
+        default=8, ge=1, description="batch lines one server process runs at once (interactive requests come first)"
+    )
+    lease_seconds: float = Field(
+        default=120.0, gt=0, description="a claimed line whose server stops renewing it for this long runs again"
+    )
+    poll_seconds: float = Field(default=1.0, gt=0, description="how often a server looks for batch work")
+    window_seconds: float = Field(
+        default=86_400.0, gt=0, description="what the `24h` completion window lasts on this server"
+    )
+    output_retention_days: float | None = Field(
+        default=30.0, gt=0, description="days the files a batch writes are kept; null keeps them until deleted"
+    )
+
+
 class TelemetrySettings(BaseModel):
     """OpenTelemetry traces, exported over OTLP/HTTP; off until an endpoint is set."""
 
@@ -301,6 +323,7 @@ class Settings(BaseSettings):
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    batches: BatchSettings = Field(default_factory=BatchSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
     def served_models(self) -> list[ModelSettings]:

@@ -171,6 +171,13 @@ class KeyStore:
             return None
         return _principal(row)
 
+    async def principal_by_id(self, key_id: str) -> Principal | None:
+        """The unrevoked key with this id: whom a batch's lines act for, checked again as they run."""
+        query = select(api_keys).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else _principal(row)
+
     async def any_keys(self) -> bool:
         """True once any key was ever created, revoked ones included: revoking the last key must not open the server."""
         async with self.engine.connect() as conn:

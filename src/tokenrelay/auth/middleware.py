@@ -13,6 +13,9 @@ from tokenrelay.auth.dialects import Dialects
 from tokenrelay.errors import APIError
 
 PROTECTED = "/v1"
+# The principal an in-process caller (the batch runner) acts for, in the scope's `extensions`: the key that made
+# the batch. uvicorn never sets this extension, so no network client can.
+ACTING_FOR = "tokenrelay.acting_for"
 # The tokenizer endpoints sit beside /v1 (as in llama.cpp's and vLLM's servers) but expose the models too.
 ALSO_PROTECTED = frozenset({"/tokenize", "/detokenize"})
 
@@ -32,12 +35,14 @@ class KeyAuthMiddleware:
         if scope["type"] != "http" or not protected(scope["path"]):
             await self.app(scope, receive, send)
             return
-        dialect = self.dialects.of(scope["path"])
-        verifier = scope["app"].state.services.verifier
-        try:
-            principal = await verifier.authenticate(dialect.key(scope))
-        except APIError as exc:
-            await dialect.error(exc)(scope, receive, send)
-            return
+        principal = (scope.get("extensions") or {}).get(ACTING_FOR)
+        if principal is None:
+            dialect = self.dialects.of(scope["path"])
+            verifier = scope["app"].state.services.verifier
+            try:
+                principal = await verifier.authenticate(dialect.key(scope))
+            except APIError as exc:
+                await dialect.error(exc)(scope, receive, send)
+                return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)

@@ -65,6 +65,7 @@ class Call:
     span: Span | None = None  # the call's span, when traces are exported
     trace_token: object = None  # what makes `span` the current span until the call ends
     captured: list[str] | None = None  # the generated text, gathered only when traces capture content
+    batch_id: str | None = None  # the batch this call is a line of
     ticket: Ticket = field(init=False)  # what the backend is handed, and what it reports back on the way out
 
     def __post_init__(self) -> None:

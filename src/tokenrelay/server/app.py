@@ -28,9 +28,11 @@ from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound
 from tokenrelay.observability.tracing.setup import Tracing, tracing_for
 from tokenrelay.openai import models, tokenize
+from tokenrelay.openai.batches import router as batches
 from tokenrelay.openai.chat import router as chat
 from tokenrelay.openai.completions import router as completions
 from tokenrelay.openai.embeddings import router as embeddings
+from tokenrelay.openai.files import router as files
 from tokenrelay.openai.responses import router as responses
 from tokenrelay.server.announce import announce
 from tokenrelay.server.failures import failure_response
@@ -49,6 +51,8 @@ ROUTERS = (
     responses,
     messages,
     embeddings,
+    files,
+    batches,
     models,
     tokenize,
     metrics_route,
@@ -68,8 +72,10 @@ def create_app(settings: Settings) -> FastAPI:
             await services.start()
             announce(settings.host, settings.port, services.registry.all())
             tune_garbage_collector()
+            services.batch_runner.start(app)
             yield
         finally:
+            await services.batch_runner.close(drain=settings.shutdown_timeout)
             await services.close()
             if tracing is not None:
                 tracing.shutdown()  # the last spans go out before the process does

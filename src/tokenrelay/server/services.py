@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Tracer
 from starlette.requests import Request
 
+from tokenrelay.auth.principal import Principal
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
 from tokenrelay.backends.llamacpp.default_model import DEFAULT_MODELS
@@ -20,6 +21,7 @@ from tokenrelay.backends.registry import Registry
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.members import EmbeddedMember
 from tokenrelay.backends.upstream.metering import EngineCounter
+from tokenrelay.calls.batch_line import batch_of
 from tokenrelay.calls.record import Call
 from tokenrelay.calls.reporting import FinishedCalls
 from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
@@ -30,6 +32,9 @@ from tokenrelay.observability.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.observability.requestlog import log_call
 from tokenrelay.observability.tracing import genai
 from tokenrelay.observability.tracing.setup import Tracing
+from tokenrelay.openai.batches.runner import BatchRunner
+from tokenrelay.openai.batches.store import BatchStore
+from tokenrelay.openai.files.store import FileStore
 from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
@@ -51,6 +56,9 @@ class Services:
     worker: int | None = field(init=False)  # this process's pid when it is one of several workers
     finished: FinishedCalls = field(init=False)
     responses: ResponseStore = field(init=False)  # stored Responses API objects, beside the ledger
+    files: FileStore = field(init=False)  # the Batch API's files
+    batches: BatchStore = field(init=False)
+    batch_runner: BatchRunner = field(init=False)
 
     def __post_init__(self) -> None:
         several = self.settings.workers > 1
@@ -58,6 +66,11 @@ class Services:
         self.metrics = Metrics(self.backend_statuses, shared_metrics_dir() if several else None)
         self.accounting = Accounting(self.settings, None if self.tracing is None else self.tracing.tracer)
         self.responses = ResponseStore(self.accounting.engine, self.settings.responses)
+        self.files = FileStore(self.accounting.engine)
+        self.batches = BatchStore(self.accounting.engine)
+        self.batch_runner = BatchRunner(
+            self.batches, self.settings.batches, self.settings.max_n, self.accounting.keys.principal_by_id, self.usable
+        )
         store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
         self.nodes = NodeSync(
             store, self.registry, self.settings, self.routed_backend, self.settings.routing.registry_sync_seconds
@@ -124,6 +137,12 @@ class Services:
         self.registry.put(backend)
         return backend
 
+    def usable(self, principal: Principal, model_id: str) -> str | None:
+        """Why `principal` cannot use `model_id` here (None when it can), in the words of a 404."""
+        if self.registry.find(model_id) is None or not principal.may_use(model_id):
+            return ModelNotFound(model_id).message
+        return None
+
     def model_settings(self, model_id: str) -> ModelSettings | None:
         """The configured settings of `model_id`; None for a model that nodes brought by registering."""
         return next((m for m in self.settings.served_models() if m.id == model_id), None)
@@ -148,6 +167,8 @@ class Services:
         if principal is None:  # never serve a /v1 route the middleware did not see
             raise AuthenticationError("This request was not authenticated.")
         self.accounting.begin(call, principal)
+        call.batch_id = batch_of(request.scope)
+        call.ticket.background = call.batch_id is not None  # batch lines yield to interactive requests
         if self.tracing is not None:
             # The call's own span, a child of the HTTP server span (which ends with the response's last byte,
             # before the call is over). It is the current span until the call ends, in the call's task: the

@@ -15,7 +15,9 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -90,6 +92,7 @@ usage = Table(
     Column("user", String(256), nullable=True),
     Column("started_at", DateTime, nullable=False),
     Column("ended_at", DateTime, nullable=False),
+    Column("batch_id", String(64), nullable=True),  # the batch a line of which this call was
     Index("ix_usage_started_at", "started_at"),
     Index("ix_usage_key_started", "key_id", "started_at"),
     Index("ix_usage_model_started", "model", "started_at"),
@@ -125,4 +128,74 @@ responses = Table(
     Column("input_items", JSON, nullable=False),
     Column("context", JSON, nullable=False),
     Column("node", String(256), nullable=True),
+)
+
+# Files uploaded for the Batch API (`purpose: batch`) and the output files batches write (`batch_output`),
+# with their bytes in the database so every replica reads them. Visible to the key that owns them.
+files = Table(
+    "files",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("key_id", String(32), nullable=True),
+    Column("filename", String(512), nullable=False),
+    Column("purpose", String(32), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    Column("expires_at", DateTime, nullable=True),
+    Column("content", LargeBinary, nullable=False),
+    Index("ix_files_key_created", "key_id", "created_at"),
+)
+
+# A batch: its state and times as the Batch API shows them. `errors` holds the validation errors of a failed
+# batch; the counts and token totals are filled in when the batch ends.
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("key_id", String(32), nullable=True),
+    Column("endpoint", String(64), nullable=False),
+    Column("input_file_id", String(64), nullable=False),
+    Column("completion_window", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("metadata", JSON, nullable=True),
+    Column("errors", JSON, nullable=True),
+    Column("output_file_id", String(64), nullable=True),
+    Column("error_file_id", String(64), nullable=True),
+    Column("total", Integer, nullable=False, default=0),
+    Column("completed", Integer, nullable=False, default=0),
+    Column("failed", Integer, nullable=False, default=0),
+    Column("usage", JSON, nullable=True),
+    Column("created_at", DateTime, nullable=False),
+    Column("expires_at", DateTime, nullable=False),
+    Column("in_progress_at", DateTime, nullable=True),
+    Column("finalizing_at", DateTime, nullable=True),
+    Column("completed_at", DateTime, nullable=True),
+    Column("failed_at", DateTime, nullable=True),
+    Column("expired_at", DateTime, nullable=True),
+    Column("cancelling_at", DateTime, nullable=True),
+    Column("cancelled_at", DateTime, nullable=True),
+    Index("ix_batches_status", "status"),
+    Index("ix_batches_key_created", "key_id", "created_at"),
+)
+
+# One row per input line of a batch being run. A replica claims pending lines (`claim`, `claimed_at`) and
+# renews its claims while it runs them; a claim left to go stale (its replica died) is taken again. `result`
+# is the line's output (or error) line as the output files hold it.
+batch_lines = Table(
+    "batch_lines",
+    metadata,
+    Column("batch_id", String(64), nullable=False),
+    Column("line", Integer, nullable=False),
+    Column("custom_id", String(512), nullable=False),
+    Column("body", JSON, nullable=False),
+    Column("state", String(12), nullable=False),  # pending | running | done
+    Column("claim", String(32), nullable=True),
+    Column("claimed_at", DateTime, nullable=True),
+    Column("status_code", Integer, nullable=True),
+    Column("result", JSON, nullable=True),
+    Column("input_tokens", Integer, nullable=False, default=0),
+    Column("cached_tokens", Integer, nullable=False, default=0),
+    Column("output_tokens", Integer, nullable=False, default=0),
+    PrimaryKeyConstraint("batch_id", "line"),
+    Index("ix_batch_lines_state", "batch_id", "state"),
 )

@@ -66,7 +66,7 @@ class InlineWriter:
 
     @staticmethod
     def takes(entries: Sequence[LedgerEntry]) -> bool:
-        return all(entry.reservation is None for entry in entries)
+        return all(entry.reservation is None and not entry.may_exist for entry in entries)
 
     def write(self, entries: Sequence[LedgerEntry]) -> bool:
         """Insert the rows and note the keys' last use in one transaction. False, with nothing written, when

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,11 @@ class LedgerEntry:
         return self.values["id"]
 
     @property
+    def may_exist(self) -> bool:
+        """A batch line's row may have been written by an earlier run of the same line."""
+        return self.values["batch_id"] is not None
+
+    @property
     def tokens(self) -> int:
         return self.values["prompt_tokens"] + self.values["completion_tokens"]
 
@@ -48,10 +54,18 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
 
+def _row_id(call: Call) -> str:
+    """The ledger's idempotency key: a retried write inserts each row once. A batch line's row has an id made
+    from its request id (one per line), so a line run again after a replica died is charged once."""
+    if call.batch_id is None:
+        return time_ordered_id()
+    return hashlib.sha256(call.request_id.encode()).hexdigest()[:32]
+
+
 def entry_for(call: Call) -> LedgerEntry:
     usage = call.usage
     values = {
-        "id": time_ordered_id(),  # the ledger's idempotency key: a retried batch inserts each row once
+        "id": _row_id(call),
         "request_id": call.request_id,
         "key_id": call.key_id,
         "key_name": call.key_name,
@@ -72,5 +86,6 @@ def entry_for(call: Call) -> LedgerEntry:
         "user": call.user,
         "started_at": _utc(call.started_at),
         "ended_at": _utc(call.started_at + call.latency),
+        "batch_id": call.batch_id,
     }
     return LedgerEntry(values, call.reservation, None if call.span is None else call.span.get_span_context())

@@ -93,7 +93,8 @@ def test_inline_rows_are_stored_exactly_as_the_engine_stores_them(tmp_path: Path
     assert len(by_inline) == 6
     assert inline_text == engine_text  # the same text and numbers in every column
     assert by_inline == by_engine  # and the same values read back through the engine's types
-    assert any(str(row[-2]).endswith(".000000") for row in inline_text)
+    started_at = [c.name for c in usage.columns].index("started_at")
+    assert any(str(row[started_at]).endswith(".000000") for row in inline_text)
 
 
 def test_inline_writes_note_each_keys_last_use_and_never_move_it_back(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""`/v1/batches`: OpenAI's Batch API, run by this server on its own models."""

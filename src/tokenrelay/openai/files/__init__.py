@@ -1,0 +1,1 @@
+"""`/v1/files`: the Batch API's input files and the files batches write."""

@@ -1,0 +1,221 @@
+"""The Batch API against a real server, driven with the official `openai` SDK: files, batches, their results,
+validation, ownership, cancel, expiry, and a batch that survives its server being killed."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from accounting_support import create_key, query, sqlite_url
+from servers import Server, start_server
+
+CHAT_MODEL = "smollm2-135m-instruct"
+FAST = {"TOKENRELAY_BATCHES__POLL_SECONDS": "0.2", "TOKENRELAY_BATCHES__LEASE_SECONDS": "3"}
+ENDED = ("completed", "failed", "expired", "cancelled")
+
+
+def chat_line(custom_id: str, text: str, **body: Any) -> dict[str, Any]:
+    request = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 6} | body
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": request}
+
+
+def jsonl(lines: list[dict[str, Any]]) -> io.BytesIO:
+    return io.BytesIO("\n".join(json.dumps(line) for line in lines).encode())
+
+
+def submit(client: openai.OpenAI, lines: list[dict[str, Any]], endpoint: str = "/v1/chat/completions") -> str:
+    uploaded = client.files.create(file=("input.jsonl", jsonl(lines)), purpose="batch")
+    return client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h").id  # type: ignore[arg-type]
+
+
+def wait_ended(client: openai.OpenAI, batch_id: str, timeout: float = 120) -> openai.types.Batch:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ENDED:
+            return batch
+        time.sleep(0.2)
+    raise AssertionError(f"batch {batch_id} did not end: {batch}")
+
+
+def file_lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
+    if file_id is None:
+        return []
+    return [json.loads(row) for row in client.files.content(file_id).text.splitlines()]
+
+
+class Deployment:
+    def __init__(self, server: Server, url: str, keys: dict[str, str]) -> None:
+        self.server, self.url, self.keys = server, url, keys
+
+    def client(self, key: str = "alice") -> openai.OpenAI:
+        return self.server.client(api_key=self.keys[key])
+
+
+def deploy(tmp: Path, env: dict[str, str], url: str | None = None) -> Deployment:
+    url = url or sqlite_url(tmp)
+    keys = {name: create_key(url, name) for name in ("alice", "bob")}
+    return Deployment(start_server(tmp, "--database-url", url, env=FAST | env), url, keys)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    deployment = deploy(tmp_path_factory.mktemp("batches"), {})
+    yield deployment
+    deployment.server.stop()
+
+
+def test_a_batch_answers_every_line_as_the_endpoint_would(deployment: Deployment) -> None:
+    client = deployment.client()
+    lines = [chat_line(f"q{i}", f"Name a colour, {i}.", temperature=0) for i in range(4)]
+    lines.append(chat_line("too-long", "hi", max_tokens=100_000))  # valid, but the engine refuses it: a 400
+    batch = wait_ended(client, submit(client, lines))
+
+    assert batch.status == "completed"
+    assert batch.request_counts is not None
+    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (5, 4, 1)
+    answered = {row["custom_id"]: row for row in file_lines(client, batch.output_file_id)}
+    assert sorted(answered) == ["q0", "q1", "q2", "q3"]
+    for line in lines[:4]:
+        alone = client.chat.completions.create(**line["body"])
+        body = answered[line["custom_id"]]["response"]["body"]
+        assert answered[line["custom_id"]]["response"]["status_code"] == 200
+        assert body["choices"][0]["message"]["content"] == alone.choices[0].message.content  # greedy: the same
+    [failed] = file_lines(client, batch.error_file_id)
+    assert failed["custom_id"] == "too-long"
+    assert failed["response"]["status_code"] == 400
+    assert failed["response"]["body"]["error"]["code"] == "context_length_exceeded"
+    assert batch.usage is not None
+    output_tokens = sum(row["response"]["body"]["usage"]["completion_tokens"] for row in answered.values())
+    assert batch.usage.output_tokens == output_tokens > 0
+    # One ledger row per line, naming the batch, under the batch's key.
+    rows = query(deployment.url, "SELECT request_id, key_name, status FROM usage WHERE batch_id = :b", b=batch.id)
+    assert sorted(r["request_id"] for r in rows) == sorted(f"{batch.id}-{n}" for n in range(1, 6))
+    assert {r["key_name"] for r in rows} == {"alice"}
+
+
+def test_files_round_trip_and_belong_to_their_key(deployment: Deployment) -> None:
+    alice, bob = deployment.client("alice"), deployment.client("bob")
+    data = b'{"custom_id": "x", "method": "POST", "url": "/v1/embeddings", "body": {}}\n'
+    uploaded = alice.files.create(file=("mine.jsonl", io.BytesIO(data)), purpose="batch")
+    assert (uploaded.bytes, uploaded.filename, uploaded.purpose) == (len(data), "mine.jsonl", "batch")
+    assert alice.files.content(uploaded.id).content == data
+    assert uploaded.id in [f.id for f in alice.files.list(purpose="batch")]
+    assert uploaded.id not in [f.id for f in bob.files.list()]
+    with pytest.raises(openai.NotFoundError):
+        bob.files.retrieve(uploaded.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h")
+    batch_id = submit(alice, [chat_line("a", "hi")])
+    with pytest.raises(openai.NotFoundError):
+        bob.batches.retrieve(batch_id)
+    assert batch_id not in [b.id for b in bob.batches.list()]
+    assert alice.files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        alice.files.content(uploaded.id)
+
+
+def test_bad_uploads_are_refused(deployment: Deployment) -> None:
+    client = deployment.client()
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.files.create(file=("x.jsonl", io.BytesIO(b"{}")), purpose="fine-tune")
+    assert refused.value.body["param"] == "purpose"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        client.batches.create(input_file_id="file-missing", endpoint="/v1/chat/completions", completion_window="24h")
+
+
+def test_a_bad_input_file_fails_the_batch_naming_each_line(deployment: Deployment) -> None:
+    client = deployment.client()
+    good = chat_line("ok", "hi")
+    lines = [
+        good,
+        chat_line("ok", "again"),  # the same custom_id
+        {**chat_line("elsewhere", "hi"), "url": "/v1/completions"},
+        chat_line("nobody", "hi", model="no-such-model"),
+        chat_line("bad-field", "hi", temperature="hot"),
+    ]
+    uploaded = client.files.create(
+        file=("in.jsonl", io.BytesIO(jsonl(lines).getvalue() + b"\nnot json")), purpose="batch"
+    )
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    batch = wait_ended(client, batch.id)
+    assert batch.status == "failed"
+    assert batch.errors is not None and batch.errors.data is not None
+    codes = {e.line: e.code for e in batch.errors.data}
+    assert sorted(codes) == [2, 3, 4, 5, 6]
+    assert [codes[2], codes[3], codes[4], codes[6]] == [
+        "duplicate_custom_id",
+        "mismatched_url",
+        "model_not_found",
+        "invalid_json_line",
+    ]
+    assert next(e for e in batch.errors.data if e.line == 5).param == "body.temperature"
+    assert batch.output_file_id is None and batch.request_counts is not None and batch.request_counts.total == 0
+
+
+def test_cancel_keeps_what_is_done_and_names_what_did_not_run(deployment: Deployment) -> None:
+    client = deployment.client()
+    lines = [chat_line(f"c{i}", f"Count to {i}.", max_tokens=24) for i in range(40)]
+    batch_id = submit(client, lines)
+    while client.batches.retrieve(batch_id).status == "validating":
+        time.sleep(0.1)
+    cancelling = client.batches.cancel(batch_id)
+    assert cancelling.status in ("cancelling", "cancelled")
+    batch = wait_ended(client, batch_id)
+    assert batch.status == "cancelled"
+    done = file_lines(client, batch.output_file_id)
+    unrun = file_lines(client, batch.error_file_id)
+    assert sorted(r["custom_id"] for r in done + unrun) == sorted(line["custom_id"] for line in lines)
+    assert unrun and all(r["error"]["code"] == "batch_cancelled" for r in unrun)
+    assert client.batches.cancel(batch_id).status == "cancelled"  # asking again changes nothing
+    finished = wait_ended(client, submit(client, [chat_line("one", "hi")]))
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.batches.cancel(finished.id)
+    assert refused.value.status_code == 409
+
+
+def test_an_expired_batch_puts_its_unrun_lines_in_the_error_file(tmp_path: Path) -> None:
+    deployment = deploy(tmp_path, {"TOKENRELAY_BATCHES__WINDOW_SECONDS": "2", "TOKENRELAY_BATCHES__CONCURRENCY": "1"})
+    try:
+        client = deployment.client()
+        lines = [chat_line(f"e{i}", f"Write about {i}.", max_tokens=32) for i in range(60)]
+        batch = wait_ended(client, submit(client, lines))
+        assert batch.status == "expired" and batch.expired_at is not None
+        done = file_lines(client, batch.output_file_id)
+        unrun = file_lines(client, batch.error_file_id)
+        assert sorted(r["custom_id"] for r in done + unrun) == sorted(line["custom_id"] for line in lines)
+        assert unrun and all(r["error"]["code"] == "batch_expired" for r in unrun)
+    finally:
+        deployment.server.stop()
+
+
+def test_a_killed_server_resumes_its_batch_without_answering_or_charging_a_line_twice(tmp_path: Path) -> None:
+    deployment = deploy(tmp_path, {"TOKENRELAY_BATCHES__CONCURRENCY": "2"})
+    lines = [chat_line(f"k{i}", f"Tell me about {i}.", max_tokens=16) for i in range(16)]
+    client = deployment.client()
+    batch_id = submit(client, lines)
+    deadline = time.monotonic() + 120
+    while (counts := client.batches.retrieve(batch_id).request_counts) is None or counts.completed < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    deployment.server.stop(signal.SIGKILL)
+
+    again = start_server(tmp_path, "--database-url", deployment.url, env=FAST)
+    try:
+        client = again.client(api_key=deployment.keys["alice"])
+        batch = wait_ended(client, batch_id)
+        assert batch.status == "completed"
+        answered = [row["custom_id"] for row in file_lines(client, batch.output_file_id)]
+        assert sorted(answered) == sorted(line["custom_id"] for line in lines)  # each once
+        rows = query(deployment.url, "SELECT request_id FROM usage WHERE batch_id = :b", b=batch_id)
+        charged = [row["request_id"] for row in rows]
+        assert len(charged) == len(set(charged))  # no line charged twice
+    finally:
+        again.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from accounting_support import create_key, query, sqlite_url
+from accounting_support import create_key, postgres_database, query, sqlite_url
 from servers import Server, start_server
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -99,6 +100,9 @@ def test_a_batch_answers_every_line_as_the_endpoint_would(deployment: Deployment
     rows = query(deployment.url, "SELECT request_id, key_name, status FROM usage WHERE batch_id = :b", b=batch.id)
     assert sorted(r["request_id"] for r in rows) == sorted(f"{batch.id}-{n}" for n in range(1, 6))
     assert {r["key_name"] for r in rows} == {"alice"}
+    metrics = deployment.server.http().get("/metrics").text
+    assert re.search(r'^tokenrelay_batches\{state="completed"\} [1-9]', metrics, re.M)
+    assert re.search(r"^tokenrelay_batch_lines_total ([0-9.]+)", metrics, re.M)
 
 
 def test_files_round_trip_and_belong_to_their_key(deployment: Deployment) -> None:
@@ -219,3 +223,23 @@ def test_a_killed_server_resumes_its_batch_without_answering_or_charging_a_line_
         assert len(charged) == len(set(charged))  # no line charged twice
     finally:
         again.stop()
+
+
+def test_two_replicas_on_postgresql_share_a_batch_and_answer_each_line_once(tmp_path: Path) -> None:
+    with postgres_database() as url:
+        first = deploy(tmp_path, {"TOKENRELAY_BATCHES__CONCURRENCY": "2"}, url)
+        second = start_server(tmp_path, "--database-url", url, env=FAST | {"TOKENRELAY_BATCHES__CONCURRENCY": "2"})
+        try:
+            client = first.client()
+            lines = [chat_line(f"p{i}", f"Say {i}.", max_tokens=12) for i in range(16)]
+            batch = wait_ended(client, submit(client, lines))
+            assert batch.status == "completed"
+            answered = [row["custom_id"] for row in file_lines(client, batch.output_file_id)]
+            assert sorted(answered) == sorted(line["custom_id"] for line in lines)
+            rows = query(url, "SELECT request_id FROM usage WHERE batch_id = :b", b=batch.id)
+            assert len(rows) == len({row["request_id"] for row in rows}) == len(lines)
+            for replica in (first.server, second):  # both took lines (the request log names each line's id)
+                assert f"{batch.id}-" in replica.log()
+        finally:
+            second.stop()
+            first.server.stop()

@@ -28,6 +28,7 @@ from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
 from tokenrelay.limits.cost import Admitted
 from tokenrelay.observability.metrics import Metrics
+from tokenrelay.observability.metrics.batches import BatchProgress
 from tokenrelay.observability.metrics.multiprocess import shared_metrics_dir
 from tokenrelay.observability.requestlog import log_call
 from tokenrelay.observability.tracing import genai
@@ -63,7 +64,7 @@ class Services:
     def __post_init__(self) -> None:
         several = self.settings.workers > 1
         self.worker = os.getpid() if several else None
-        self.metrics = Metrics(self.backend_statuses, shared_metrics_dir() if several else None)
+        self.metrics = Metrics(self.backend_statuses, self.batch_progress, shared_metrics_dir() if several else None)
         self.accounting = Accounting(self.settings, None if self.tracing is None else self.tracing.tracer)
         self.responses = ResponseStore(self.accounting.engine, self.settings.responses)
         self.files = FileStore(self.accounting.engine)
@@ -228,6 +229,9 @@ class Services:
         return {
             model: public_status(status) | {"chat": chat.get(model, True)} for model, status in self.backend_statuses()
         }
+
+    def batch_progress(self) -> BatchProgress:
+        return BatchProgress(self.batch_runner.states, self.batch_runner.lines_done)
 
     def backend_statuses(self) -> list[tuple[str, dict[str, Any]]]:
         return [(b.card.id, b.status()) for b in self.registry.all()]

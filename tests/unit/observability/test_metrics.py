@@ -10,6 +10,7 @@ import pytest
 from tokenrelay.backends.base import Usage
 from tokenrelay.calls.record import Call
 from tokenrelay.observability.metrics import Metrics
+from tokenrelay.observability.metrics.batches import BatchProgress
 from tokenrelay.observability.metrics.requests import FLUSH_SECONDS
 
 UPSTREAM_STATUS: dict[str, Any] = {
@@ -31,7 +32,7 @@ UPSTREAM_STATUS: dict[str, Any] = {
 
 
 def metrics_for(statuses: list[tuple[str, dict[str, Any]]]) -> Metrics:
-    return Metrics(lambda: statuses)
+    return Metrics(lambda: statuses, lambda: BatchProgress({"completed": 2}, 7))
 
 
 def finished_call(**changes: Any) -> Call:
@@ -137,3 +138,9 @@ def test_inside_a_loop_figures_are_applied_by_a_timer_or_a_scrape() -> None:
     seen, text = asyncio.run(scenario())
     assert seen == [0, 2, 6, 12]
     assert scraped_line in text
+
+
+def test_batches_by_state_and_lines_answered_are_shown() -> None:
+    text = metrics_for([]).render().decode()
+    assert 'tokenrelay_batches{state="completed"} 2.0' in text
+    assert "tokenrelay_batch_lines_total 7.0" in text

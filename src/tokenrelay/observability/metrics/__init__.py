@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Info, gene
 from tokenrelay import __version__
 from tokenrelay.calls.record import Call
 from tokenrelay.observability.metrics.backends import BackendCollector, BackendStatus
+from tokenrelay.observability.metrics.batches import BatchCollector, BatchProgress
 from tokenrelay.observability.metrics.multiprocess import merged_registry, worker_exited
 from tokenrelay.observability.metrics.requests import RequestMetrics
 
@@ -23,7 +24,12 @@ __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 class Metrics:
     """Everything `/metrics` shows: request metrics fed by finished calls, backend state read at scrape time."""
 
-    def __init__(self, statuses: Callable[[], Iterable[BackendStatus]], shared_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        statuses: Callable[[], Iterable[BackendStatus]],
+        batches: Callable[[], BatchProgress],
+        shared_dir: Path | None = None,
+    ) -> None:
         """`shared_dir`: the multiprocess directory of several workers, whose request metrics are summed."""
         self.shared_dir = shared_dir
         self.registry = CollectorRegistry()
@@ -31,6 +37,7 @@ class Metrics:
         # What a scrape reads: this registry, or every worker's files (which include this worker's requests).
         self.exposed = self.registry if shared_dir is None else merged_registry(shared_dir)
         self.exposed.register(BackendCollector(statuses))
+        self.exposed.register(BatchCollector(batches))
         Info("tokenrelay_build", "tokenrelay version.", registry=self.exposed).info({"version": __version__})
 
     def observe(self, call: Call) -> None:

@@ -58,6 +58,7 @@ class BatchRunner:
         self._paused_until = 0.0
         self._renewed = time.monotonic()
         self.lines_done = 0
+        self.states: dict[str, int] = {}  # batches by state, as of the last step (for /metrics)
 
     def start(self, app: ASGIApp) -> None:
         self._app = app
@@ -94,6 +95,7 @@ class BatchRunner:
             self._wake.clear()
 
     async def _step(self) -> None:
+        self.states = await self.store.counts_by_status()
         for batch in await self.store.validating():
             await self._validate(batch)
         for batch, state in await self.store.ending(self.settings.lease_seconds):

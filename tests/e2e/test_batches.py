@@ -243,3 +243,48 @@ def test_two_replicas_on_postgresql_share_a_batch_and_answer_each_line_once(tmp_
         finally:
             second.stop()
             first.server.stop()
+
+
+ENDPOINT_LINES = {
+    "/v1/completions": {"model": "gemma-3-270m", "prompt": "The sky is", "max_tokens": 5, "temperature": 0},
+    "/v1/embeddings": {"model": CHAT_MODEL, "input": ["one", "two"]},
+    "/v1/responses": {"model": CHAT_MODEL, "input": "Name a fruit.", "max_output_tokens": 6, "temperature": 0},
+}
+
+
+@pytest.mark.parametrize("endpoint", list(ENDPOINT_LINES))
+def test_every_batch_endpoint_answers_as_a_direct_request(deployment: Deployment, endpoint: str) -> None:
+    client = deployment.client()
+    body = ENDPOINT_LINES[endpoint]
+    batch = wait_ended(
+        client, submit(client, [{"custom_id": "x", "method": "POST", "url": endpoint, "body": body}], endpoint)
+    )
+    assert batch.status == "completed"
+    [row] = file_lines(client, batch.output_file_id)
+    answered = row["response"]["body"]
+    with deployment.server.http(headers={"Authorization": f"Bearer {deployment.keys['alice']}"}) as http:
+        direct = http.post(endpoint, json=body).json()
+    if endpoint == "/v1/completions":
+        assert answered["choices"][0]["text"] == direct["choices"][0]["text"]
+    elif endpoint == "/v1/embeddings":
+        assert [d["embedding"] for d in answered["data"]] == [d["embedding"] for d in direct["data"]]
+    else:
+        assert answered["output"][0]["content"][0]["text"] == direct["output"][0]["content"][0]["text"]
+    assert batch.usage is not None and batch.usage.input_tokens == direct["usage"].get(
+        "prompt_tokens", direct["usage"].get("input_tokens")
+    )
+
+
+def test_a_file_over_the_limit_is_413(tmp_path: Path) -> None:
+    deployment = deploy(tmp_path, {"TOKENRELAY_BATCHES__MAX_FILE_BYTES": "1000"})
+    try:
+        with pytest.raises(openai.APIStatusError) as refused:
+            deployment.client().files.create(file=("big.jsonl", io.BytesIO(b"x" * 70_000)), purpose="batch")
+        assert refused.value.status_code == 413
+        small = deployment.client().files.create(file=("ok.jsonl", io.BytesIO(b"y" * 1000)), purpose="batch")
+        assert small.bytes == 1000
+        with pytest.raises(openai.APIStatusError) as refused:
+            deployment.client().files.create(file=("edge.jsonl", io.BytesIO(b"z" * 1001)), purpose="batch")
+        assert refused.value.status_code == 413
+    finally:
+        deployment.server.stop()

@@ -288,3 +288,38 @@ def test_a_file_over_the_limit_is_413(tmp_path: Path) -> None:
         assert refused.value.status_code == 413
     finally:
         deployment.server.stop()
+
+
+def test_a_stopped_server_parks_its_running_lines_and_each_line_is_charged_for_its_answer(tmp_path: Path) -> None:
+    # Too short a drain for a 48-token line: lines running at SIGTERM are cut and put back, then run again.
+    deployment = deploy(tmp_path, {"TOKENRELAY_BATCHES__CONCURRENCY": "2", "TOKENRELAY_SHUTDOWN_TIMEOUT": "0.2"})
+    lines = [chat_line(f"s{i}", f"Count from one to fifty, {i}.", max_tokens=48, temperature=0) for i in range(8)]
+    client = deployment.client()
+    batch_id = submit(client, lines)
+    deadline = time.monotonic() + 120
+    while (counts := client.batches.retrieve(batch_id).request_counts) is None or counts.completed < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(0.5)  # the next lines are part-way through
+    deployment.server.stop()  # SIGTERM
+    states = query(deployment.url, "SELECT state, claim FROM batch_lines WHERE batch_id = :b", b=batch_id)
+    assert {row["state"] for row in states} <= {"pending", "done"}  # nothing left claimed by the stopped server
+    assert all(row["claim"] is None for row in states if row["state"] == "pending")
+    assert "running line(s)" in deployment.server.log()
+
+    again = start_server(tmp_path, "--database-url", deployment.url, env=FAST)
+    try:
+        client = again.client(api_key=deployment.keys["alice"])
+        batch = wait_ended(client, batch_id)
+        assert batch.status == "completed"
+        answers = {row["response"]["request_id"]: row for row in file_lines(client, batch.output_file_id)}
+        assert sorted(row["custom_id"] for row in answers.values()) == sorted(line["custom_id"] for line in lines)
+        sql = "SELECT request_id, prompt_tokens, completion_tokens FROM usage WHERE batch_id = :b"
+        rows = query(deployment.url, sql, b=batch_id)
+        assert len(rows) == len(lines)  # one row per line: a cut run's row is replaced by the answered run's
+        for row in rows:  # and each charges the answer in the output file
+            usage = answers[row["request_id"]]["response"]["body"]["usage"]
+            assert row["prompt_tokens"] == usage["prompt_tokens"]
+            assert row["completion_tokens"] == usage["completion_tokens"]
+    finally:
+        again.stop()

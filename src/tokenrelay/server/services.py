@@ -70,7 +70,12 @@ class Services:
         self.files = FileStore(self.accounting.engine)
         self.batches = BatchStore(self.accounting.engine)
         self.batch_runner = BatchRunner(
-            self.batches, self.settings.batches, self.settings.max_n, self.accounting.keys.principal_by_id, self.usable
+            self.batches,
+            self.settings.batches,
+            self.settings.max_n,
+            self.accounting.keys.principal_by_id,
+            self.usable,
+            self.accounting.ledger.flush,
         )
         store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
         self.nodes = NodeSync(

@@ -12,8 +12,8 @@ What keeps the loop from waiting on the database:
 - No checkpoint runs here (`wal_autocheckpoint=0`): moving the WAL's pages into the database file, with its
   fsync, is left to the ledger, which checkpoints through the engine's thread every `CHECKPOINT_ROWS` rows.
 - Transactions are small (`MAX_ROWS`) and the ledger yields to the loop between them.
-- Only rows written for the first time that settle nothing: settlement and rows that may exist already
-  (a retry, a spill replay) keep to `write_batch`.
+- Only rows written for the first time that settle nothing: settlement, batch lines (whose rows replace
+  their earlier runs') and rows that may exist already (a retry, a spill replay) keep to `write_batch`.
 
 The SQL is SQLAlchemy's own, compiled for SQLite from the schema, and values are converted by the column
 types' own bind processors, so a row reads back through the engine exactly as if the engine had written it.
@@ -66,7 +66,7 @@ class InlineWriter:
 
     @staticmethod
     def takes(entries: Sequence[LedgerEntry]) -> bool:
-        return all(entry.reservation is None and not entry.may_exist for entry in entries)
+        return all(entry.reservation is None and not entry.batch_line for entry in entries)
 
     def write(self, entries: Sequence[LedgerEntry]) -> bool:
         """Insert the rows and note the keys' last use in one transaction. False, with nothing written, when

@@ -150,7 +150,7 @@ class Ledger:
             await asyncio.sleep(0)  # the loop serves its requests between two transactions of a backlog
             return len(batch)
         # After a failure the batch put back may have been committed (an unknown outcome).
-        maybe_written = self._failures > 0 or any(entry.may_exist for entry in batch)
+        maybe_written = self._failures > 0
         return await write_batch(self.engine, batch, maybe_written=maybe_written)
 
     async def _checkpoint(self, every: int | None = None) -> None:

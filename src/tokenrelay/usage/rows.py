@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,8 +26,8 @@ class LedgerEntry:
         return self.values["id"]
 
     @property
-    def may_exist(self) -> bool:
-        """A batch line's row may have been written by an earlier run of the same line."""
+    def batch_line(self) -> bool:
+        """A batch line's row, which replaces the rows of the line's earlier runs (`writer.py`)."""
         return self.values["batch_id"] is not None
 
     @property
@@ -54,18 +53,10 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
 
-def _row_id(call: Call) -> str:
-    """The ledger's idempotency key: a retried write inserts each row once. A batch line's row has an id made
-    from its request id (one per line), so a line run again after a replica died is charged once."""
-    if call.batch_id is None:
-        return time_ordered_id()
-    return hashlib.sha256(call.request_id.encode()).hexdigest()[:32]
-
-
 def entry_for(call: Call) -> LedgerEntry:
     usage = call.usage
     values = {
-        "id": _row_id(call),
+        "id": time_ordered_id(),  # the ledger's idempotency key: a retried write inserts each row once
         "request_id": call.request_id,
         "key_id": call.key_id,
         "key_name": call.key_name,

@@ -1,13 +1,21 @@
-"""One ledger batch in one transaction: new rows, their settlement, the keys' last use."""
+"""One ledger batch in one transaction: new rows, their settlement, the keys' last use.
+
+A batch line may run more than once: a run refused for capacity (a rate limit's 429, a full queue's 503) is
+put back, as is one cut by a shutdown, and a line whose replica died runs again. Its charge is its latest
+run's: when a line's new row is written, the rows of its earlier runs go, and what they took from the key's
+budget is given back, so the ledger holds one row per line and the budget pays for one answer.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import Insert, update
+from collections import defaultdict
+
+from sqlalchemy import Insert, case, delete, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tokenrelay.limits.settle import settle
-from tokenrelay.store.schema import api_keys, usage
+from tokenrelay.store.schema import api_keys, key_counters, usage
 from tokenrelay.usage.rows import LedgerEntry, last_use
 
 _INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
@@ -28,6 +36,7 @@ async def write_batch(engine: AsyncEngine, entries: list[LedgerEntry], *, maybe_
             await conn.execute(_insert(conn), [e.values for e in entries])
             fresh = entries
         await settle(conn, [(e.reservation, e.tokens) for e in fresh if e.reservation is not None])
+        await _keep_latest_runs(conn, {e.values["request_id"] for e in fresh if e.batch_line})
         await _touch_keys(conn, fresh)
     return len(fresh)
 
@@ -39,6 +48,35 @@ def _insert(conn: AsyncConnection) -> Insert:
 async def _insert_new(conn: AsyncConnection, entries: list[LedgerEntry]) -> set[str]:
     result = await conn.execute(_insert(conn).returning(usage.c.id), [e.values for e in entries])
     return set(result.scalars())
+
+
+async def _keep_latest_runs(conn: AsyncConnection, request_ids: set[str]) -> None:
+    """Of each batch line's rows, keep the latest run's (by its end: a run's row replayed late from a spill
+    file loses to a newer run's) and give the others' tokens back to their keys' budgets."""
+    if not request_ids:
+        return
+    c = usage.c
+    tokens = (c.prompt_tokens + c.completion_tokens).label("tokens")
+    query = select(c.id, c.request_id, c.key_id, tokens, c.ended_at).where(
+        c.request_id.in_(request_ids), c.batch_id.is_not(None)
+    )
+    rows = (await conn.execute(query)).all()
+    latest = {}
+    for row in sorted(rows, key=lambda row: (row.ended_at, row.id)):
+        latest[row.request_id] = row.id
+    earlier = [row for row in rows if latest[row.request_id] != row.id]
+    if not earlier:
+        return
+    await conn.execute(delete(usage).where(c.id.in_([row.id for row in earlier])))
+    refunds: dict[str, int] = defaultdict(int)
+    for row in earlier:
+        if row.key_id is not None:
+            refunds[row.key_id] += row.tokens
+    for key_id, refund in refunds.items():
+        # A key given its budget after the earlier run was never charged for it: the count stays at least 0.
+        left = key_counters.c.budget_used - refund
+        kept = case((left > 0, left), else_=literal(0))
+        await conn.execute(update(key_counters).where(key_counters.c.key_id == key_id).values(budget_used=kept))
 
 
 async def _touch_keys(conn: AsyncConnection, entries: list[LedgerEntry]) -> None:

@@ -39,13 +39,21 @@ _SPECIAL_KEYS = {None: ANONYMOUS, STATIC_KEY.key_id: STATIC_KEY, ADMIN_KEY.key_i
 
 PrincipalOf = Callable[[str], Awaitable[Principal | None]]
 Usable = Callable[[Principal, str], str | None]
+Flush = Callable[[], Awaitable[None]]
 
 
 class BatchRunner:
     def __init__(
-        self, store: BatchStore, settings: BatchSettings, max_n: int, principal_of: PrincipalOf, usable: Usable
+        self,
+        store: BatchStore,
+        settings: BatchSettings,
+        max_n: int,
+        principal_of: PrincipalOf,
+        usable: Usable,
+        flush_ledger: Flush,
     ) -> None:
         self.store = store
+        self._flush_ledger = flush_ledger
         self.settings = settings
         self.max_n = max_n
         self._principal_of = principal_of
@@ -151,6 +159,9 @@ class BatchRunner:
                 await self.store.release(line, self.claim)
                 self._paused_until = time.monotonic() + 1.0
                 return
+            # A line marked done never runs again, so its ledger row is committed first: a kill between the two
+            # runs the line again, and its row (the same id) is not written twice.
+            await self._flush_ledger()
             if await self.store.finish(line, self.claim, line_result(line, request_id, answer.status, answer.body)):
                 self.lines_done += 1
         except asyncio.CancelledError:

@@ -15,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 from accounting_support import create_key, postgres_database, query, sqlite_url
+from observing import eventually, sample, scrape
 from servers import Server, start_server
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -323,3 +324,32 @@ def test_a_stopped_server_parks_its_running_lines_and_each_line_is_charged_for_i
             assert row["completion_tokens"] == usage["completion_tokens"]
     finally:
         again.stop()
+
+
+def test_an_interactive_request_takes_a_slot_from_batch_work_and_the_line_runs_again(tmp_path: Path) -> None:
+    env = {"TOKENRELAY_ENGINE__SLOTS": "2", "TOKENRELAY_BATCHES__CONCURRENCY": "2"}
+    deployment = deploy(tmp_path, env)
+    try:
+        client = deployment.client()
+        lines = [chat_line(f"b{i}", f"Write about rivers, {i}.", max_tokens=64, temperature=0) for i in range(4)]
+        batch_id = submit(client, lines)
+
+        def both_slots_hold_lines() -> bool:
+            return sample(scrape(deployment.server), "tokenrelay_engine_busy_slots", model=CHAT_MODEL) == 2
+
+        eventually(both_slots_hold_lines, timeout=120)
+        answer = client.chat.completions.create(
+            model=CHAT_MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+        assert answer.choices[0].message.content
+        batch = wait_ended(client, batch_id)
+        assert batch.status == "completed"
+        assert re.search(rf"request_id={batch_id}-\d+ .*status=503", deployment.server.log())  # a line gave way
+        answers = {row["response"]["request_id"]: row for row in file_lines(client, batch.output_file_id)}
+        assert sorted(row["custom_id"] for row in answers.values()) == sorted(line["custom_id"] for line in lines)
+        rows = query(deployment.url, "SELECT request_id, completion_tokens FROM usage WHERE batch_id = :b", b=batch_id)
+        charged = {row["request_id"]: row["completion_tokens"] for row in rows}
+        assert len(rows) == len(lines)
+        assert charged == {rid: row["response"]["body"]["usage"]["completion_tokens"] for rid, row in answers.items()}
+    finally:
+        deployment.server.stop()

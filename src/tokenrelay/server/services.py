@@ -75,7 +75,7 @@ class Services:
             self.settings.max_n,
             self.accounting.keys.principal_by_id,
             self.usable,
-            self.accounting.ledger.flush,
+            self.commit_finished_calls,
         )
         store = NodeStore(self.accounting.engine, KeySeal(self.settings.admin_key))
         self.nodes = NodeSync(
@@ -142,6 +142,11 @@ class Services:
         await backend.start()
         self.registry.put(backend)
         return backend
+
+    async def commit_finished_calls(self) -> None:
+        """Report the calls that ended this loop turn now, not at the turn's end, and commit their ledger rows."""
+        self.finished.flush()
+        await self.accounting.ledger.flush()
 
     def usable(self, principal: Principal, model_id: str) -> str | None:
         """Why `principal` cannot use `model_id` here (None when it can), in the words of a 404."""

@@ -5,8 +5,9 @@ then samples each sequence with its own sampler. Jobs join and leave between ste
 evaluated once and its KV copied to the slots of its other choices.
 
 Background jobs (batch lines) come after interactive ones: they take a slot only when no interactive job waits
-and `interactive_slots` stay free, and they are left out of the steps while any interactive job runs (their
-cache kept), so a batch costs interactive requests neither a slot nor step time.
+and `interactive_slots` stay free, they are left out of the steps while any interactive job runs (their cache
+kept), and an interactive job that finds no free slot takes one from them (`_preempt`), so a batch costs
+interactive requests neither a slot nor step time, yet may use every slot while nothing else runs.
 """
 
 from __future__ import annotations
@@ -163,6 +164,8 @@ class Scheduler:
             job = self._waiting[0]
             free = [slot for slot in self.slots if slot.free]
             if len(free) < len(job.seqs):
+                free += self._preempt(len(job.seqs) - len(free))
+            if len(free) < len(job.seqs):
                 return
             self._waiting.popleft()
             self._dequeued()
@@ -183,6 +186,24 @@ class Scheduler:
                 return
             self._background.popleft()
             self._place(job, free)
+
+    def _preempt(self, needed: int) -> list[Slot]:
+        """Free slots held by background jobs for an interactive job that finds too few: the jobs that have
+        generated least go first (the least work lost). Each fails with a 503, which puts its batch line back
+        to run again later; its slots keep their cache, so the rerun's prompt is mostly there already."""
+        held: dict[int, Job] = {}
+        for slot in self.slots:
+            if slot.holder is not None and slot.holder.background:
+                held.setdefault(id(slot.holder), slot.holder)
+        freed: list[Slot] = []
+        for job in sorted(held.values(), key=lambda job: job.completion_tokens):
+            if len(freed) >= needed:
+                break
+            for slot in [slot for slot in self.slots if slot.holder is job]:
+                self._release(slot)
+                freed.append(slot)
+            self._sink(job, JobFailed("Preempted by interactive requests; run it again later.", status=503))
+        return freed
 
     def _place(self, job: Job, free: list[Slot]) -> None:
         primary, keep = self._slot_for(job, free)

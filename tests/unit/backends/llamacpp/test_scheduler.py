@@ -158,3 +158,34 @@ def test_background_work_waits_for_the_interactive_jobs_and_pauses_while_they_ru
     assert during and set(during) == {"chat"}  # the batch job made no step while the interactive one ran
     assert timeline.first("batch", JobDone) > chat_end
     assert timeline.text("batch") == alone.text("batch")  # paused, its cache kept: the same greedy answer
+
+
+def test_an_interactive_job_that_finds_no_free_slot_takes_the_background_one_with_least_done(
+    model: LlamaModel,
+) -> None:
+    scheduler = Scheduler(model, SETTINGS.model_copy(update={"interactive_slots": 0}))
+    scheduler.start()
+    try:
+        alone = Timeline()
+        scheduler.submit(alone.job(model, "older", STORY, 40, background=True))
+        alone.until_done("older")
+
+        timeline = Timeline()
+
+        def until_text(name: str, pieces: int) -> None:
+            while sum(1 for n, e in timeline.seen if n == name and isinstance(e, TextDelta)) < pieces:
+                timeline.seen.append(timeline.events.get(timeout=60))
+
+        scheduler.submit(timeline.job(model, "older", STORY, 40, background=True))
+        until_text("older", 5)
+        scheduler.submit(timeline.job(model, "younger", "A list of harbours:", 40, background=True))
+        until_text("younger", 1)  # both slots are taken by background work
+        scheduler.submit(timeline.job(model, "chat", "A short question about maps?", 6))
+        timeline.until_done("chat", "older", "younger")
+    finally:
+        scheduler.stop()
+    ends = {n: e for n, e in timeline.seen if isinstance(e, JobDone | JobFailed)}
+    assert isinstance(ends["younger"], JobFailed) and ends["younger"].status == 503
+    assert isinstance(ends["chat"], JobDone) and isinstance(ends["older"], JobDone)
+    assert timeline.first("younger", JobFailed) < timeline.first("chat", TextDelta)  # the chat did not wait for a slot
+    assert timeline.text("older") == alone.text("older")  # the job kept was paused, not disturbed

@@ -9,6 +9,7 @@ One `tokenrelay serve` on the default Gemma model (default settings, a database 
   end, against the same requests sent by 16 concurrent streaming clients, alternating. Target: >= 0.9x.
 
     python benchmarks/batch.py [--lines 2000] [--throughput-lines 128] [--clients 4] [--trials 3]
+        [--env TOKENRELAY_VAR=VALUE ...]
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--env", action="append", default=[], help="VAR=VALUE for the server (repeatable)")
     args = parser.parse_args()
     data = shared_data_dir()
     gguf = ensure_default_model(data)
@@ -112,7 +114,8 @@ def main() -> None:
     command += ["--model", str(gguf), "--model-id", MODEL, "--threads", str(args.threads)]
     command += ["--database-url", f"sqlite:///{work / 'bench.db'}"]
     print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), " ".join(sys.argv[1:]), flush=True)
-    server = start("tokenrelay", command, work)
+    print("server settings:", " ".join(args.env) or "defaults", flush=True)
+    server = start("tokenrelay", command, work, dict(item.split("=", 1) for item in args.env))
     try:
         with httpx.Client(base_url=server.base, timeout=600) as client:
             run(server, client, args)

@@ -32,7 +32,7 @@ class EngineSettings(BaseModel):
     )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
     interactive_slots: int = Field(
-        default=0,
+        default=4,
         ge=0,
         description="slots background work (batch lines) leaves free; an interactive request that finds none free "
         "takes one from background work anyway, whose line runs again later",
@@ -228,10 +228,7 @@ class BatchSettings(BaseModel):
     max_file_bytes: int = Field(default=200 << 20, ge=1, description="largest file `/v1/files` accepts (413 above)")
     max_lines: int = Field(default=50_000, ge=1, description="most request lines one batch input file may hold")
     concurrency: int = Field(
-        default=24,
-        ge=1,
-        description="batch lines one server process runs at once; more than the engine's slots, so a slot a line "
-        "leaves is taken at once (interactive requests come first)",
+        default=8, ge=1, description="batch lines one server process runs at once (interactive requests come first)"
     )
     lease_seconds: float = Field(
         default=120.0, gt=0, description="a claimed line whose server stops renewing it for this long runs again"

@@ -327,7 +327,11 @@ def test_a_stopped_server_parks_its_running_lines_and_each_line_is_charged_for_i
 
 
 def test_an_interactive_request_takes_a_slot_from_batch_work_and_the_line_runs_again(tmp_path: Path) -> None:
-    env = {"TOKENRELAY_ENGINE__SLOTS": "2", "TOKENRELAY_BATCHES__CONCURRENCY": "2"}
+    env = {
+        "TOKENRELAY_ENGINE__SLOTS": "2",
+        "TOKENRELAY_ENGINE__INTERACTIVE_SLOTS": "0",
+        "TOKENRELAY_BATCHES__CONCURRENCY": "2",
+    }
     deployment = deploy(tmp_path, env)
     try:
         client = deployment.client()

@@ -1,4 +1,5 @@
-"""The console's pages: `GET /` (the chat playground) and `GET /console/usage` (usage charts and keys).
+"""The console's pages: `GET /` (the chat playground), `GET /console/usage` (usage charts and keys) and
+`GET /console/batches` (the key's batches with their progress).
 
 The pages themselves hold no data and need no key: their scripts call the API with the key the user gives
 them (the playground the public `/v1` API, the usage page the admin API).
@@ -31,3 +32,8 @@ async def playground() -> FileResponse:
 @router.get("/console/usage")
 async def usage() -> FileResponse:
     return page("usage.html")
+
+
+@router.get("/console/batches")
+async def batches() -> FileResponse:
+    return page("batches.html")

@@ -22,6 +22,7 @@ from batch_support import (
     file_lines,
     jsonl,
     submit,
+    wait_answered,
     wait_ended,
 )
 from observing import eventually, sample, scrape
@@ -167,10 +168,7 @@ def test_a_killed_server_resumes_its_batch_without_answering_or_charging_a_line_
     lines = [chat_line(f"k{i}", f"Tell me about {i}.", max_tokens=16) for i in range(16)]
     client = deployment.client()
     batch_id = submit(client, lines)
-    deadline = time.monotonic() + 120
-    while (counts := client.batches.retrieve(batch_id).request_counts) is None or counts.completed < 3:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_answered(client, batch_id, 3)
     deployment.server.stop(signal.SIGKILL)
 
     again = start_server(tmp_path, "--database-url", deployment.url, env=FAST)
@@ -258,10 +256,7 @@ def test_a_stopped_server_parks_its_running_lines_and_each_line_is_charged_for_i
     lines = [chat_line(f"s{i}", f"Count from one to fifty, {i}.", max_tokens=48, temperature=0) for i in range(8)]
     client = deployment.client()
     batch_id = submit(client, lines)
-    deadline = time.monotonic() + 120
-    while (counts := client.batches.retrieve(batch_id).request_counts) is None or counts.completed < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_answered(client, batch_id, 2)
     time.sleep(0.5)  # the next lines are part-way through
     deployment.server.stop()  # SIGTERM
     states = query(deployment.url, "SELECT state, claim FROM batch_lines WHERE batch_id = :b", b=batch_id)

@@ -60,3 +60,11 @@ def deploy(tmp: Path, env: dict[str, str], url: str | None = None) -> Deployment
     url = url or sqlite_url(tmp)
     keys = {name: create_key(url, name) for name in ("alice", "bob")}
     return Deployment(start_server(tmp, "--database-url", url, env=FAST | env), url, keys)
+
+
+def wait_answered(client: openai.OpenAI, batch_id: str, lines: int, timeout: float = 120) -> None:
+    """Until at least `lines` of the batch are answered."""
+    deadline = time.monotonic() + timeout
+    while (counts := client.batches.retrieve(batch_id).request_counts) is None or counts.completed < lines:
+        assert time.monotonic() < deadline, f"batch {batch_id}: fewer than {lines} lines answered in time"
+        time.sleep(0.1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from servers import shared_data_dir
@@ -110,6 +111,17 @@ def test_stopping_fails_what_runs_and_what_waits_with_a_503(model: LlamaModel) -
         assert isinstance(events[-1], JobFailed) and events[-1].status == 503
 
 
+@contextmanager
+def running(model: LlamaModel, **settings: int) -> Iterator[Scheduler]:
+    """A scheduler with `settings` over the module's, stopped at the end."""
+    scheduler = Scheduler(model, SETTINGS.model_copy(update=settings))
+    scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        scheduler.stop()
+
+
 class Timeline:
     """Every job's events in the order the scheduler thread sent them, each tagged with its job's name."""
 
@@ -138,10 +150,7 @@ class Timeline:
 
 
 def test_background_work_waits_for_the_interactive_jobs_and_pauses_while_they_run(model: LlamaModel) -> None:
-    settings = SETTINGS.model_copy(update={"interactive_slots": 1})
-    scheduler = Scheduler(model, settings)
-    scheduler.start()
-    try:
+    with running(model, interactive_slots=1) as scheduler:
         alone = Timeline()
         scheduler.submit(alone.job(model, "batch", STORY, 40, background=True))
         alone.until_done("batch")
@@ -151,8 +160,6 @@ def test_background_work_waits_for_the_interactive_jobs_and_pauses_while_they_ru
         timeline.seen.append(timeline.events.get(timeout=60))  # the batch job is under way
         scheduler.submit(timeline.job(model, "chat", "A short question about maps?", 6))
         timeline.until_done("chat", "batch")
-    finally:
-        scheduler.stop()
     chat_start, chat_end = timeline.first("chat", TextDelta), timeline.first("chat", JobDone)
     during = [n for n, e in timeline.seen[chat_start:chat_end] if isinstance(e, TextDelta)]
     assert during and set(during) == {"chat"}  # the batch job made no step while the interactive one ran
@@ -163,9 +170,7 @@ def test_background_work_waits_for_the_interactive_jobs_and_pauses_while_they_ru
 def test_an_interactive_job_that_finds_no_free_slot_takes_the_background_one_with_least_done(
     model: LlamaModel,
 ) -> None:
-    scheduler = Scheduler(model, SETTINGS.model_copy(update={"interactive_slots": 0}))
-    scheduler.start()
-    try:
+    with running(model, interactive_slots=0) as scheduler:
         alone = Timeline()
         scheduler.submit(alone.job(model, "older", STORY, 40, background=True))
         alone.until_done("older")
@@ -182,8 +187,6 @@ def test_an_interactive_job_that_finds_no_free_slot_takes_the_background_one_wit
         until_text("younger", 1)  # both slots are taken by background work
         scheduler.submit(timeline.job(model, "chat", "A short question about maps?", 6))
         timeline.until_done("chat", "older", "younger")
-    finally:
-        scheduler.stop()
     ends = {n: e for n, e in timeline.seen if isinstance(e, JobDone | JobFailed)}
     assert isinstance(ends["younger"], JobFailed) and ends["younger"].status == 503
     assert isinstance(ends["chat"], JobDone) and isinstance(ends["older"], JobDone)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tokenrelay.store.ids import time_ordered_id
@@ -53,7 +52,7 @@ class RequestIdMiddleware:
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id.encode("latin-1"))]
             await send(message)
 
         await self.app(scope, receive, send_with_id)

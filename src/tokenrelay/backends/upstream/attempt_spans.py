@@ -4,7 +4,6 @@ how-many-th attempt, and why it failed when the request moved on to the next."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Protocol
 
 from opentelemetry import trace
@@ -26,14 +25,12 @@ def attempt_span(tracer: Tracer | None, member: Named, attempt: int) -> Span | N
     return tracer.start_span(f"{member.kind} {member.name}", kind=SpanKind.CLIENT, attributes=attributes)
 
 
-@contextlib.contextmanager
-def use_span(span: Span | None) -> Iterator[None]:
+_UNTRACED = contextlib.nullcontext()  # reusable: it holds nothing
+
+
+def use_span(span: Span | None) -> contextlib.AbstractContextManager[object]:
     """The attempt's span as the current one, only around code that does not yield to the caller."""
-    if span is None:
-        yield
-        return
-    with trace.use_span(span, end_on_exit=False):
-        yield
+    return _UNTRACED if span is None else trace.use_span(span, end_on_exit=False)
 
 
 def end_attempt(span: Span | None, failure: NodeFailure | None = None) -> None:

@@ -12,7 +12,7 @@ from contextlib import aclosing
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 
 from tokenrelay.backends.base import Backend, Embeddings, Events, PromptCount, Ticket
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
@@ -238,7 +238,8 @@ def trace_headers(request_id: str) -> dict[str, str]:
     free-form id stays with us rather than break the request.
     """
     headers = {"X-Request-ID": request_id} if _UUID.fullmatch(request_id) else {}
-    propagate.inject(headers)  # an untraced call has no span: no traceparent is sent
+    if trace.get_current_span().get_span_context().is_valid:  # an untraced call sends no traceparent
+        propagate.inject(headers)
     return headers
 
 

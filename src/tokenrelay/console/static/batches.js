@@ -3,14 +3,18 @@
 import { errorText, KeyPrompt } from "./keyprompt.js";
 
 const $ = (id) => document.getElementById(id);
-const keys = new KeyPrompt("tokenrelay.apiKey", { onForget: () => load() });
+const keys = new KeyPrompt("tokenrelay.apiKey", { onForget: () => forgotten() });
 
 const ENDED = new Set(["completed", "failed", "expired", "cancelled"]);
 const CANCELLABLE = new Set(["validating", "in_progress"]);
 const POLL_MS = 2000;
 const PAGE = 100; // the API's largest page
 
-let timer = null;
+let timer = null; // the next poll, while a listed batch can still change
+let latest = 0; // the newest load: an older one finishing later (a Refresh meanwhile) is dropped
+let actionProblem = null; // a failed cancel or download: kept through polls until the next click
+
+// ---- Loading ----------------------------------------------------------------------------------
 
 async function listAll() {
   const batches = [];
@@ -27,24 +31,39 @@ async function listAll() {
 }
 
 async function load() {
+  const mine = ++latest;
   clearTimeout(timer);
   try {
     const batches = await listAll();
+    if (mine !== latest) return;
     show(batches);
-    // Poll again only while something can still change.
+    // Poll again only while something can still change; only the newest load schedules, so polls never pile up.
     if (batches.some((batch) => !ENDED.has(batch.status))) timer = setTimeout(load, POLL_MS);
   } catch (error) {
-    show([], error.message);
+    if (mine === latest) show(null, error.message);
   }
 }
 
+function forgotten() {
+  latest++; // a load under way must not draw the forgotten key's batches
+  clearTimeout(timer);
+  show(null);
+}
+
+// batches: the list to draw, or null when there is none to show (a refusal, a forgotten key).
 function show(batches, problem = null) {
+  notify(problem || actionProblem);
+  $("empty").hidden = batches === null || batches.length > 0;
+  $("dashboard").dataset.state = batches ? "ready" : "empty";
+  $("batches").tBodies[0].replaceChildren(...(batches || []).map(row));
+}
+
+function notify(problem) {
   $("notice").hidden = !problem;
   $("notice").textContent = problem || "";
-  $("empty").hidden = Boolean(problem) || batches.length > 0;
-  $("dashboard").dataset.state = problem ? "empty" : "ready";
-  $("batches").tBodies[0].replaceChildren(...batches.map(row));
 }
+
+// ---- Rows ---------------------------------------------------------------------------------------
 
 function row(batch) {
   const counts = batch.request_counts || { total: 0, completed: 0, failed: 0 };
@@ -52,7 +71,7 @@ function row(batch) {
   tr.dataset.batch = batch.id;
   tr.dataset.status = batch.status;
   tr.append(
-    cell(batch.id, "id"),
+    cell(batch.id, "id mono"),
     cell(batch.endpoint, "endpoint"),
     cell(new Date(batch.created_at * 1000).toISOString().slice(0, 19).replace("T", " "), "created"),
     cell(batch.status, "status"),
@@ -72,10 +91,11 @@ function cell(text, className) {
   return td;
 }
 
+// A <progress> is a progressbar to assistive technology, its value and max read as aria-valuenow/-valuemax.
 function progressCell(counts) {
   const bar = document.createElement("progress");
   const done = counts.completed + counts.failed;
-  bar.max = Math.max(counts.total, 1);
+  bar.max = Math.max(counts.total, 1); // a validating batch has no lines counted yet
   bar.value = done;
   bar.setAttribute("aria-label", `${done} of ${counts.total} lines done`);
   const td = cell("", "progress");
@@ -111,23 +131,32 @@ function actionCell(batch) {
   return td;
 }
 
+// ---- Actions ------------------------------------------------------------------------------------
+
 // A plain link cannot carry the bearer key: the file is fetched with it and saved from a Blob URL.
 async function download(fileId, name) {
+  actionProblem = null;
   const response = await keys.fetch(`/v1/files/${encodeURIComponent(fileId)}/content`);
-  if (!response.ok) return show([], await errorText(response));
+  if (!response.ok) {
+    actionProblem = `Could not download ${name}: ${await errorText(response)}`;
+    return notify(actionProblem);
+  }
+  notify(null);
   const url = URL.createObjectURL(await response.blob());
-  const link = Object.assign(document.createElement("a"), { href: url, download: name });
-  link.click();
-  URL.revokeObjectURL(url);
+  Object.assign(document.createElement("a"), { href: url, download: name }).click();
+  setTimeout(() => URL.revokeObjectURL(url), 0); // after the click's download has taken the blob
 }
 
 async function cancel(batchId, button) {
-  button.disabled = true;
+  button.disabled = true; // the row is redrawn by the load below
+  actionProblem = null;
   const response = await keys.fetch(`/v1/batches/${encodeURIComponent(batchId)}/cancel`, { method: "POST" });
-  if (!response.ok) $("notice").textContent = await errorText(response);
-  $("notice").hidden = response.ok;
-  await load();
+  if (!response.ok) actionProblem = `Could not cancel ${batchId}: ${await errorText(response)}`;
+  await load(); // shows `cancelling`, and polls on until the running lines are done
 }
 
-$("refresh").addEventListener("click", () => load());
+$("refresh").addEventListener("click", () => {
+  actionProblem = null;
+  load();
+});
 load();

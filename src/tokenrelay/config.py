@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -90,6 +91,27 @@ def node_url_problem(url: str) -> str | None:
 HEADER_TOKEN = r"^[!-~]+$"
 
 
+class Pricing(BaseModel):
+    """What a model's tokens cost, per million, in the settings' `currency`. Prices are decimals, so a price such
+    as 0.15 is exactly 0.15 (costs are computed in integer micro-units: `pricing/cost.py`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Decimal = Field(ge=0, max_digits=18, decimal_places=6, description="per million prompt tokens")
+    cached_input: Decimal | None = Field(
+        default=None,
+        ge=0,
+        max_digits=18,
+        decimal_places=6,
+        description="per million prompt tokens read from a cache (default: the input price)",
+    )
+    output: Decimal = Field(ge=0, max_digits=18, decimal_places=6, description="per million completion tokens")
+
+    @property
+    def cached(self) -> Decimal:
+        return self.input if self.cached_input is None else self.cached_input
+
+
 class UpstreamSettings(BaseModel):
     """One OpenAI-compatible node serving a model (its base URL ends where `/chat/completions` is appended)."""
 
@@ -109,6 +131,7 @@ class UpstreamSettings(BaseModel):
         default_factory=list,
         description="APIs the node serves itself; requests to them are relayed as sent, only model rewritten",
     )
+    pricing: Pricing | None = Field(default=None, description="this node's prices (default: the model's)")
 
     @field_validator("url")
     @classmethod
@@ -272,6 +295,15 @@ class ModelSettings(BaseModel):
         description="an instruct (chat) model; false for a base model, served for completions: the playground opens "
         "on a chat model",
     )
+    pricing: Pricing | None = Field(default=None, description="prices per million tokens; none: the model costs 0")
+    fallbacks: list[str] = Field(
+        default_factory=list,
+        description="models that serve a request, in order, when none of this model's members can before its first "
+        "byte (down, breaker open, 429/5xx, queue full)",
+    )
+    context_fallbacks: list[str] = Field(
+        default_factory=list, description="models that serve, in order, a prompt longer than this model's context"
+    )
     embeddings_truncatable: bool = Field(
         default=False,
         description="its embeddings keep their meaning when cut short (Matryoshka training): allows `dimensions`",
@@ -297,6 +329,48 @@ class ModelSettings(BaseModel):
         return self
 
 
+def fallback_problem(models: list[ModelSettings]) -> str | None:
+    """What is wrong with the models' fallback ids (an unknown id, a model its own fallback, a cycle), or None."""
+    known = {model.id: model for model in models}
+    for model in models:
+        for target in (*model.fallbacks, *model.context_fallbacks):
+            if target not in known:
+                return f"model {model.id!r}: fallback {target!r} is not a configured model"
+    for model in models:
+        cycle = _fallback_cycle(model.id, known, [])
+        if cycle is not None:
+            return "fallbacks form a cycle: " + " -> ".join(cycle)
+    return None
+
+
+def _fallback_cycle(model_id: str, known: dict[str, ModelSettings], path: list[str]) -> list[str] | None:
+    if model_id in path:
+        return [*path[path.index(model_id) :], model_id]
+    model = known[model_id]
+    for target in (*model.fallbacks, *model.context_fallbacks):
+        cycle = _fallback_cycle(target, known, [*path, model_id])
+        if cycle is not None:
+            return cycle
+    return None
+
+
+def fallback_chain(model_id: str, models: list[ModelSettings]) -> list[str]:
+    """Every model that may serve a request for `model_id`, itself first: its fallbacks and context fallbacks and
+    theirs, each once (what a reservation bounds the cost by)."""
+    known = {model.id: model for model in models}
+    chain: list[str] = []
+    pending = [model_id]
+    while pending:
+        current = pending.pop(0)
+        if current in chain:
+            continue
+        chain.append(current)
+        settings = known.get(current)
+        if settings is not None:
+            pending.extend([*settings.fallbacks, *settings.context_fallbacks])
+    return chain
+
+
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "tokenrelay"
@@ -312,6 +386,9 @@ class Settings(BaseSettings):
     chat_template: Path | None = None
     engine: EngineSettings = Field(default_factory=EngineSettings)
     max_n: int = Field(default=16, ge=1, description="largest `n` / `best_of` a request may ask for")
+    currency: str = Field(
+        default="USD", pattern=r"^[A-Z]{3}$", description="the currency of every price and money budget (ISO 4217)"
+    )
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     admin_key: SecretStr | None = None
@@ -326,6 +403,13 @@ class Settings(BaseSettings):
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     batches: BatchSettings = Field(default_factory=BatchSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+
+    @model_validator(mode="after")
+    def _fallbacks_known_and_acyclic(self) -> Settings:
+        problem = fallback_problem(self.served_models())
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def served_models(self) -> list[ModelSettings]:
         """Configured models, or the default models when none is configured."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from tokenrelay.auth.keystore import KeySpec
+from tokenrelay.limits.periods import Period
+from tokenrelay.pricing.cost import micros_of
 from tokenrelay.store.timeutil import DURATION_PATTERN, parse_expiry, utcnow
 
 # The ledger's columns: 32-bit for the per-minute limits, 64-bit for the token budget.
@@ -34,6 +37,12 @@ class KeyCreate(BaseModel):
     rpm: PositiveLimit | None = None
     tpm: PositiveLimit | None = None
     budget_tokens: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    budget_cost: Annotated[Decimal, Field(ge=0, max_digits=18, decimal_places=6)] | None = Field(
+        default=None, description="money this key may spend per budget period, in the server's currency"
+    )
+    budget_period: Period = Field(
+        default="total", description="when the budgets' spend starts from zero again (UTC calendar periods)"
+    )
     expires: Expiry | None = Field(default=None, description="30d, 12h, 2w ... from now, or an ISO date / date-time")
     admin: bool = False
 
@@ -51,6 +60,8 @@ class KeyCreate(BaseModel):
             rpm=self.rpm,
             tpm=self.tpm,
             budget_tokens=self.budget_tokens,
+            budget_cost=None if self.budget_cost is None else micros_of(self.budget_cost),
+            budget_period=self.budget_period,
             expires_at=parse_expiry(self.expires) if self.expires is not None else None,
             admin=self.admin,
         )

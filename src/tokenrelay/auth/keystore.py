@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tokenrelay.auth.keysecrets import display_prefix, hash_secret, new_key_id, new_secret, same_hash
 from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import InvalidRequest, NotFound
+from tokenrelay.limits.periods import next_reset, period_start
+from tokenrelay.pricing.cost import money
 from tokenrelay.store.schema import api_keys, key_counters
 from tokenrelay.store.timeutil import iso, utcnow
 
@@ -26,6 +29,8 @@ class KeySpec:
     rpm: int | None = None
     tpm: int | None = None
     budget_tokens: int | None = None
+    budget_cost: int | None = None  # micro-units of the settings' currency
+    budget_period: str = "total"
     expires_at: datetime | None = None
     admin: bool = False
 
@@ -42,7 +47,11 @@ class KeyRecord:
     rpm: int | None
     tpm: int | None
     budget_tokens: int | None
-    budget_used: int
+    budget_used: int  # tokens spent in the current budget period
+    budget_cost: int | None  # micro-units
+    cost_used: int  # micro-units spent in the current budget period
+    budget_period: str
+    resets_at: datetime | None  # when the period's spend starts from zero again
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
@@ -60,6 +69,10 @@ class KeyRecord:
             "tpm": self.tpm,
             "budget_tokens": self.budget_tokens,
             "budget_used": self.budget_used,
+            "budget_cost": None if self.budget_cost is None else money(self.budget_cost),
+            "cost_used": money(self.cost_used),
+            "budget_period": self.budget_period,
+            "resets_at": iso(self.resets_at),
             "created_at": iso(self.created_at),
             "expires_at": iso(self.expires_at),
             "revoked_at": iso(self.revoked_at),
@@ -76,7 +89,11 @@ _RECORD_COLUMNS = [
     api_keys.c.rpm,
     api_keys.c.tpm,
     api_keys.c.budget_tokens,
+    api_keys.c.budget_cost,
+    api_keys.c.budget_period,
     key_counters.c.budget_used,
+    key_counters.c.cost_used,
+    key_counters.c.period_start,
     api_keys.c.created_at,
     api_keys.c.expires_at,
     api_keys.c.revoked_at,
@@ -84,8 +101,13 @@ _RECORD_COLUMNS = [
 ]
 
 
-def _record(row: Row[Any]) -> KeyRecord:
-    return KeyRecord(**row._asdict())
+def _record(row: Row[Any], now: datetime) -> KeyRecord:
+    fields = row._asdict()
+    start = period_start(row.budget_period, now)
+    if start is not None and (row.period_start is None or row.period_start < start):
+        fields.update(budget_used=0, cost_used=0)  # no request yet in this period
+    del fields["period_start"]
+    return KeyRecord(**fields, resets_at=next_reset(row.budget_period, now))
 
 
 def _principal(row: Row[Any]) -> Principal:
@@ -97,14 +119,17 @@ def _principal(row: Row[Any]) -> Principal:
         rpm=row.rpm,
         tpm=row.tpm,
         budget_tokens=row.budget_tokens,
+        budget_cost=row.budget_cost,
+        budget_period=row.budget_period,
         admin=row.admin,
         expires_at=row.expires_at,
     )
 
 
 class KeyStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, clock: Callable[[], datetime] = utcnow) -> None:
         self.engine = engine
+        self.clock = clock  # naive UTC now: which budget period a key's spend is shown for
 
     async def create(self, spec: KeySpec) -> tuple[KeyRecord, str]:
         secret, key_id, now = new_secret(), new_key_id(), utcnow()
@@ -118,6 +143,8 @@ class KeyStore:
             "rpm": spec.rpm,
             "tpm": spec.tpm,
             "budget_tokens": spec.budget_tokens,
+            "budget_cost": spec.budget_cost,
+            "budget_period": spec.budget_period,
             "created_at": now,
             "expires_at": spec.expires_at,
         }
@@ -132,7 +159,8 @@ class KeyStore:
     async def list(self) -> list[KeyRecord]:
         query = self._records().order_by(api_keys.c.created_at, api_keys.c.id)
         async with self.engine.connect() as conn:
-            return [_record(row) for row in await conn.execute(query)]
+            now = self.clock()
+            return [_record(row, now) for row in await conn.execute(query)]
 
     async def get(self, ref: str) -> KeyRecord:
         """A key by id or by name."""
@@ -141,7 +169,7 @@ class KeyStore:
             row = (await conn.execute(query)).first()
         if row is None:
             raise NotFound(f"No API key with id or name {ref!r}.", code="key_not_found")
-        return _record(row)
+        return _record(row, self.clock())
 
     async def revoke(self, ref: str) -> KeyRecord:
         record = await self.get(ref)
@@ -197,4 +225,6 @@ def _fresh_counters(key_id: str) -> dict[str, Any]:
         "tpm_at": 0.0,
         "budget_used": 0,
         "budget_reserved": 0,
+        "cost_used": 0,
+        "cost_reserved": 0,
     }

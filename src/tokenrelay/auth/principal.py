@@ -14,6 +14,8 @@ class Principal:
     rpm: int | None = None
     tpm: int | None = None
     budget_tokens: int | None = None
+    budget_cost: int | None = None  # micro-units of the settings' currency
+    budget_period: str = "total"  # total | daily | weekly | monthly: when the budgets' spend starts again from 0
     admin: bool = False
     expires_at: datetime | None = None  # naive UTC
 
@@ -25,7 +27,11 @@ class Principal:
 
     @property
     def limited(self) -> bool:
-        return any(limit is not None for limit in (self.rpm, self.tpm, self.budget_tokens))
+        return any(limit is not None for limit in (self.rpm, self.tpm, self.budget_tokens, self.budget_cost))
+
+    @property
+    def budgeted(self) -> bool:
+        return self.budget_tokens is not None or self.budget_cost is not None
 
 
 ANONYMOUS = Principal(key_id=None, name=None)

@@ -105,6 +105,7 @@ class Served:
 
     node: str
     kind: str
+    model: str | None = None  # the fallback model that served, when not the model asked for
 
 
 @dataclass(slots=True)

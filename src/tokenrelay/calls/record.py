@@ -66,6 +66,9 @@ class Call:
     trace_token: object = None  # what makes `span` the current span until the call ends
     captured: list[str] | None = None  # the generated text, gathered only when traces capture content
     batch_id: str | None = None  # the batch this call is a line of
+    served_model: str | None = None  # the fallback model that served `model`, if one did
+    cost: int = 0  # micro-units of the settings' currency, at the serving model's (or node's) prices
+    priced: bool = False  # the serving model has prices (an unpriced one costs 0)
     ticket: Ticket = field(init=False)  # what the backend is handed, and what it reports back on the way out
 
     def __post_init__(self) -> None:
@@ -98,6 +101,8 @@ class Call:
             self.usage_reported = True
         elif isinstance(event, Served):
             self.node, self.backend = event.node, event.kind
+            if event.model is not None:
+                self.served_model = event.model
         elif isinstance(event, Raw) and self.first_token_at is None:
             self.first_token_at = time.monotonic()  # a node's own answer began: its first output, as near as known
 

@@ -11,6 +11,7 @@ from tokenrelay.auth.keyspec import KeyCreate
 from tokenrelay.auth.keystore import KeyRecord, KeyStore
 from tokenrelay.cli.tables import render_table
 from tokenrelay.config import Settings
+from tokenrelay.limits.periods import PERIODS
 from tokenrelay.store.opened import opened_database
 
 
@@ -22,7 +23,9 @@ def add_keys_commands(commands: Any, store_options: argparse.ArgumentParser) -> 
     create.add_argument("--models", dest="key_models", help="comma-separated model ids this key may use (default: all)")
     create.add_argument("--rpm", type=int, help="requests per minute")
     create.add_argument("--tpm", type=int, help="tokens per minute (prompt + completion)")
-    create.add_argument("--budget-tokens", type=int, help="total tokens this key may ever use")
+    create.add_argument("--budget-tokens", type=int, help="tokens this key may use per budget period")
+    create.add_argument("--budget-cost", help="money this key may spend per budget period (e.g. 25.50)")
+    create.add_argument("--budget-period", choices=PERIODS, default="total", help="when the spend starts again from 0")
     create.add_argument("--expires", help="30d, 12h, 2w ... from now, or a date (2026-12-31)")
     create.add_argument("--admin", action="store_true", help="may use /admin/* (keys and usage)")
     create.add_argument("--json", action="store_true", help="print one JSON object")
@@ -43,7 +46,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         store = KeyStore(engine)
         if args.action == "create":
             record, secret = await store.create(_wanted(args).spec())
-            _print_secret("created", record, secret, args.json)
+            _print_secret("created", record, secret, args.json, settings.currency)
         elif args.action == "list":
             _print_list(await store.list(), args.json)
         elif args.action == "revoke":
@@ -51,7 +54,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(record.to_json()) if args.json else f"revoked key {record.name} ({record.id})")
         else:
             record, secret = await store.rotate(args.ref)
-            _print_secret("rotated", record, secret, args.json)
+            _print_secret("rotated", record, secret, args.json, settings.currency)
     return 0
 
 
@@ -64,25 +67,43 @@ def _wanted(args: argparse.Namespace) -> KeyCreate:
         rpm=args.rpm,
         tpm=args.tpm,
         budget_tokens=args.budget_tokens,
+        budget_cost=args.budget_cost,
+        budget_period=args.budget_period,
         expires=args.expires,
         admin=args.admin,
     )
 
 
-def _print_secret(verb: str, record: KeyRecord, secret: str, as_json: bool) -> None:
+def _print_secret(verb: str, record: KeyRecord, secret: str, as_json: bool, currency: str) -> None:
     if as_json:
         print(json.dumps({**record.to_json(), "key": secret}))
         return
     info = record.to_json()
     print(f"{verb} key {record.name} ({record.id}){' [admin]' if record.admin else ''}")
     print(f"  models: {', '.join(record.models) if record.models else 'all'}")
-    print(f"  limits: rpm {record.rpm or '-'}, tpm {record.tpm or '-'}, budget {record.budget_tokens or '-'} tokens")
+    print(f"  limits: rpm {record.rpm or '-'}, tpm {record.tpm or '-'}")
+    budget = f"{info['budget_tokens'] or '-'} tokens, {info['budget_cost'] or '-'} {currency}"
+    print(f"  budget ({record.budget_period}): {budget}")
     print(f"  expires: {info['expires_at'] or 'never'}")
     print("The secret is shown only this once; store it now. The last line is the key alone:")
     print(secret)
 
 
-LIST_COLUMNS = ("id", "name", "prefix", "models", "admin", "rpm", "tpm", "budget_tokens", "budget_used")
+LIST_COLUMNS = (
+    "id",
+    "name",
+    "prefix",
+    "models",
+    "admin",
+    "rpm",
+    "tpm",
+    "budget_period",
+    "budget_tokens",
+    "budget_used",
+    "budget_cost",
+    "cost_used",
+    "resets_at",
+)
 LIST_DATES = ("created_at", "last_used_at", "expires_at", "revoked_at")
 
 
@@ -94,5 +115,17 @@ def _print_list(records: list[KeyRecord], as_json: bool) -> None:
     for record in records:
         info = record.to_json()
         rows.append([info[c] for c in LIST_COLUMNS] + [info[c] for c in LIST_DATES])
-    headers = [*LIST_COLUMNS[:-2], "budget", "used", "created", "last used", "expires", "revoked"]
+    headers = [
+        *LIST_COLUMNS[:-6],
+        "period",
+        "budget",
+        "used",
+        "budget cost",
+        "cost used",
+        "resets",
+        "created",
+        "last used",
+        "expires",
+        "revoked",
+    ]
     print(render_table(headers, rows))

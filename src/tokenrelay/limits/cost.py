@@ -9,6 +9,8 @@ byte length bounds the rendered text; a per-message allowance covers the role ma
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -50,5 +52,19 @@ def completion_bound(body: Admitted, context_length: int) -> int:
     raise TypeError(f"no token bound for {type(body).__name__}")
 
 
-def worst_case(body: Admitted, context_length: int) -> int:
-    return prompt_bound(body) + completion_bound(body, context_length)
+@dataclass(frozen=True, slots=True)
+class TokenBound:
+    prompt: int
+    completion: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """The most a request can take from its key: tokens (the token bucket and budget) and money (micro-units)."""
+
+    tokens: int
+    micros: int = 0

@@ -7,24 +7,32 @@ statement: PostgreSQL locks the row for the UPDATE and re-checks the WHERE claus
 version when replicas race, so concurrent admissions on any number of replicas serialise per key and a
 budget cannot be overspent. SQLite (one node) runs the same statement under its database write lock.
 Cost: one round trip per request of a limited key; unlimited keys never touch the counters.
+
+Budgets are in tokens, in money (micro-units), or both, over a period (`limits/periods.py`): the first
+admission of a new period starts the spend from zero in the same statement, so replicas racing across a
+period boundary still see one count.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy import Row, case, delete, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.buckets import drained, drained_sql, retry_after
+from tokenrelay.limits.cost import Charge
+from tokenrelay.limits.periods import next_reset, period_start
+from tokenrelay.pricing.cost import money
 from tokenrelay.store.schema import key_counters, reservations
-from tokenrelay.store.timeutil import utcnow
+from tokenrelay.store.timeutil import iso, utcnow
 
 c = key_counters.c
 
@@ -37,33 +45,43 @@ class Reservation:
     tokens: int
     tpm: bool  # the tokens went into the tokens-per-minute bucket
     budget_id: str | None  # the reservations row holding budget, if the key has a budget
+    micros: int = 0  # money held against the key's money budget
 
 
 class Limiter:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, clock: Callable[[], datetime] = utcnow) -> None:
         self.engine = engine
+        self.clock = clock  # naive UTC now: which budget period an admission falls in
 
-    async def admit(self, principal: Principal, cost: int) -> Reservation | None:
-        """Reserve one request and `cost` tokens, or raise 429 naming the limit that refused."""
+    async def admit(self, principal: Principal, charge: Charge, currency: str = "") -> Reservation | None:
+        """Reserve one request and `charge` (tokens and money), or raise 429 naming the limit that refused."""
         if not principal.limited or principal.key_id is None:
             return None
-        if principal.tpm is not None and cost > principal.tpm:
+        if principal.tpm is not None and charge.tokens > principal.tpm:
             raise RateLimited(
-                f"This request may use up to {cost} tokens, more than the key's limit of {principal.tpm} tokens "
-                "per minute. Lower max_tokens (or n) or shorten the prompt."
+                f"This request may use up to {charge.tokens} tokens, more than the key's limit of {principal.tpm} "
+                "tokens per minute. Lower max_tokens (or n) or shorten the prompt."
             )
-        now = time.time()
-        budget_id = uuid.uuid4().hex if principal.budget_tokens is not None else None
+        now, today = time.time(), self.clock()
+        budget_id = uuid.uuid4().hex if principal.budgeted else None
         async with self.engine.begin() as conn:
-            admitted = await self._take(conn, principal, cost, now)
+            admitted = await self._take(conn, principal, charge, now, today)
             if admitted and budget_id is not None:
-                row = {"id": budget_id, "key_id": principal.key_id, "tokens": cost, "created_at": utcnow()}
+                row = {
+                    "id": budget_id,
+                    "key_id": principal.key_id,
+                    "tokens": charge.tokens,
+                    "cost": charge.micros,
+                    "created_at": today,
+                }
                 await conn.execute(insert(reservations).values(row))
         if not admitted:
-            await self._refuse(principal, cost, now)
-        return Reservation(principal.key_id, cost, principal.tpm is not None, budget_id)
+            await self._refuse(principal, charge, now, today, currency)
+        return Reservation(principal.key_id, charge.tokens, principal.tpm is not None, budget_id, charge.micros)
 
-    async def _take(self, conn: AsyncConnection, principal: Principal, cost: int, now: float) -> bool:
+    async def _take(
+        self, conn: AsyncConnection, principal: Principal, charge: Charge, now: float, today: datetime
+    ) -> bool:
         conditions: list[Any] = [c.key_id == principal.key_id]
         values: dict[str, Any] = {}
         if principal.rpm is not None:
@@ -72,40 +90,79 @@ class Limiter:
             values.update(rpm_level=level + 1, rpm_at=now)
         if principal.tpm is not None:
             level = drained_sql(c.tpm_level, c.tpm_at, principal.tpm, now)
-            conditions.append(level + cost <= principal.tpm)
-            values.update(tpm_level=level + cost, tpm_at=now)
-        if principal.budget_tokens is not None:
-            conditions.append(c.budget_used + c.budget_reserved + cost <= principal.budget_tokens)
-            values.update(budget_reserved=c.budget_reserved + cost)
+            conditions.append(level + charge.tokens <= principal.tpm)
+            values.update(tpm_level=level + charge.tokens, tpm_at=now)
+        if principal.budgeted:
+            tokens_used, cost_used = c.budget_used, c.cost_used
+            start = period_start(principal.budget_period, today)
+            if start is not None:  # a new period's first admission starts the spend from zero
+                fresh = c.period_start.is_(None) | (c.period_start < start)
+                tokens_used = case((fresh, literal(0)), else_=c.budget_used)
+                cost_used = case((fresh, literal(0)), else_=c.cost_used)
+                values.update(budget_used=tokens_used, cost_used=cost_used, period_start=start)
+            if principal.budget_tokens is not None:
+                conditions.append(tokens_used + c.budget_reserved + charge.tokens <= principal.budget_tokens)
+            if principal.budget_cost is not None:
+                conditions.append(cost_used + c.cost_reserved + charge.micros <= principal.budget_cost)
+            values.update(
+                budget_reserved=c.budget_reserved + charge.tokens, cost_reserved=c.cost_reserved + charge.micros
+            )
         result = await conn.execute(update(key_counters).where(*conditions).values(**values).returning(c.key_id))
         return result.first() is not None
 
-    async def _refuse(self, principal: Principal, cost: int, now: float) -> None:
+    async def _refuse(self, principal: Principal, charge: Charge, now: float, today: datetime, currency: str) -> None:
         async with self.engine.connect() as conn:
             row = (await conn.execute(select(key_counters).where(c.key_id == principal.key_id))).first()
-        raise refusal(principal, cost, now, row)
+        raise refusal(Asked(principal, charge, now, today, currency), row)
 
     async def release_stale(self, older_than: float) -> int:
         """Give back budget held by reservations older than `older_than` seconds (their replica died)."""
         cutoff = utcnow() - timedelta(seconds=older_than)
+        r = reservations.c
         async with self.engine.begin() as conn:
-            stale = delete(reservations).where(reservations.c.created_at < cutoff)
-            rows = (await conn.execute(stale.returning(reservations.c.key_id, reservations.c.tokens))).all()
-            for key_id, tokens in _sum_by_key(rows).items():
-                await conn.execute(
-                    update(key_counters).where(c.key_id == key_id).values(budget_reserved=c.budget_reserved - tokens)
-                )
+            stale = delete(reservations).where(r.created_at < cutoff)
+            rows = (await conn.execute(stale.returning(r.key_id, r.tokens, r.cost))).all()
+            for key_id, (tokens, micros) in _sum_by_key(rows).items():
+                held = {"budget_reserved": c.budget_reserved - tokens, "cost_reserved": c.cost_reserved - micros}
+                await conn.execute(update(key_counters).where(c.key_id == key_id).values(**held))
         return len(rows)
 
-    async def budget_state(self, key_id: str) -> tuple[int, int]:
-        """(used, reserved) tokens of a key's budget."""
-        query = select(c.budget_used, c.budget_reserved).where(c.key_id == key_id)
+    async def budget_state(self, key_id: str) -> BudgetState:
+        """What a key's budgets hold now (spend as counted since its period began, and in flight)."""
+        query = select(c.budget_used, c.budget_reserved, c.cost_used, c.cost_reserved).where(c.key_id == key_id)
         async with self.engine.connect() as conn:
             row = (await conn.execute(query)).one()
-        return int(row.budget_used), int(row.budget_reserved)
+        return BudgetState(int(row.budget_used), int(row.budget_reserved), int(row.cost_used), int(row.cost_reserved))
 
 
-def refusal(principal: Principal, cost: int, now: float, row: Row[Any] | None) -> Exception:
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    tokens_used: int
+    tokens_reserved: int
+    cost_used: int = 0
+    cost_reserved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A refused admission: who asked for how much, when."""
+
+    principal: Principal
+    charge: Charge
+    now: float  # epoch seconds (the rate buckets')
+    today: datetime  # naive UTC (the budget period's)
+    currency: str
+
+
+def period_spend(principal: Principal, row: Row[Any], today: datetime) -> tuple[int, int]:
+    """(tokens, micro-units) the key has spent in the current period, as its counters row says."""
+    start = period_start(principal.budget_period, today)
+    if start is not None and (row.period_start is None or row.period_start < start):
+        return 0, 0  # the period began since the last admission
+    return int(row.budget_used), int(row.cost_used)
+
+
+def refusal(asked: Asked, row: Row[Any] | None) -> Exception:
     """The 429 for a refused admission: the limit with the least room left.
 
     Read after the refusing UPDATE, so requests settling in between may have made room again; the limit
@@ -113,18 +170,12 @@ def refusal(principal: Principal, cost: int, now: float, row: Row[Any] | None) -
     """
     if row is None:
         return RateLimited("This key has no limit counters; ask the operator to recreate it.")
-    return min(_candidates(principal, cost, now, row), key=lambda pair: pair[0])[1]
+    return min(_candidates(asked, row), key=lambda pair: pair[0])[1]
 
 
-def _candidates(principal: Principal, cost: int, now: float, row: Row[Any]) -> list[tuple[float, Exception]]:
-    found: list[tuple[float, Exception]] = []
-    if principal.budget_tokens is not None:
-        left = principal.budget_tokens - row.budget_used - row.budget_reserved
-        message = (
-            f"This key's token budget is exhausted: the request may use up to {cost} tokens and {max(0, left)} "
-            f"remain of {principal.budget_tokens} (tokens held by requests in flight are not available)."
-        )
-        found.append(((left - cost) / max(principal.budget_tokens, 1), QuotaExceeded(message)))
+def _candidates(asked: Asked, row: Row[Any]) -> list[tuple[float, Exception]]:
+    principal, charge, now = asked.principal, asked.charge, asked.now
+    found = _budget_candidates(asked, row)
     if principal.rpm is not None:
         level = drained(row.rpm_level, row.rpm_at, principal.rpm, now)
         wait = retry_after(level, 1, principal.rpm)
@@ -132,9 +183,35 @@ def _candidates(principal: Principal, cost: int, now: float, row: Row[Any]) -> l
         found.append(((principal.rpm - level - 1) / principal.rpm, error))
     if principal.tpm is not None:
         level = drained(row.tpm_level, row.tpm_at, principal.tpm, now)
-        wait = retry_after(level, cost, principal.tpm)
-        error = _rate_limited(f"Rate limit reached: {principal.tpm} tokens per minute (this request: {cost}).", wait)
-        found.append(((principal.tpm - level - cost) / principal.tpm, error))
+        wait = retry_after(level, charge.tokens, principal.tpm)
+        message = f"Rate limit reached: {principal.tpm} tokens per minute (this request: {charge.tokens})."
+        found.append(((principal.tpm - level - charge.tokens) / principal.tpm, _rate_limited(message, wait)))
+    return found
+
+
+def _budget_candidates(asked: Asked, row: Row[Any]) -> list[tuple[float, Exception]]:
+    principal, charge = asked.principal, asked.charge
+    tokens_used, cost_used = period_spend(principal, row, asked.today)
+    period = "" if principal.budget_period == "total" else f"{principal.budget_period} "
+    reset = next_reset(principal.budget_period, asked.today)
+    resets = f" It resets at {iso(reset)}." if reset is not None else ""
+    in_flight = "(what requests in flight hold is not available)"
+    found: list[tuple[float, Exception]] = []
+    if principal.budget_tokens is not None:
+        left = principal.budget_tokens - tokens_used - row.budget_reserved
+        message = (
+            f"This key's {period}token budget is exhausted: the request may use up to {charge.tokens} tokens and "
+            f"{max(0, left)} remain of {principal.budget_tokens} {in_flight}.{resets}"
+        )
+        found.append(((left - charge.tokens) / max(principal.budget_tokens, 1), QuotaExceeded(message)))
+    if principal.budget_cost is not None:
+        left = principal.budget_cost - cost_used - row.cost_reserved
+        unit = f" {asked.currency}" if asked.currency else ""
+        message = (
+            f"This key's {period}budget of {money(principal.budget_cost)}{unit} is exhausted: the request may cost "
+            f"up to {money(charge.micros)}{unit} and {money(max(0, left))}{unit} remain {in_flight}.{resets}"
+        )
+        found.append(((left - charge.micros) / max(principal.budget_cost, 1), QuotaExceeded(message)))
     return found
 
 
@@ -142,8 +219,9 @@ def _rate_limited(message: str, wait: int) -> RateLimited:
     return RateLimited(f"{message} Retry after {wait} s.", headers={"Retry-After": str(wait)})
 
 
-def _sum_by_key(rows: list[Row[Any]]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for key_id, tokens in rows:
-        totals[key_id] = totals.get(key_id, 0) + int(tokens)
+def _sum_by_key(rows: list[Row[Any]]) -> dict[str, tuple[int, int]]:
+    totals: dict[str, tuple[int, int]] = {}
+    for key_id, tokens, micros in rows:
+        held = totals.get(key_id, (0, 0))
+        totals[key_id] = (held[0] + int(tokens), held[1] + int(micros))
     return totals

@@ -17,8 +17,10 @@ from tokenrelay.backends.base import Backend
 from tokenrelay.calls.record import Call
 from tokenrelay.config import Settings
 from tokenrelay.errors import QuotaExceeded, RateLimited
-from tokenrelay.limits.cost import Admitted, worst_case
+from tokenrelay.limits.cost import Admitted, Charge, TokenBound, completion_bound, prompt_bound
 from tokenrelay.limits.limiter import Limiter, Reservation
+from tokenrelay.pricing.book import PriceBook
+from tokenrelay.pricing.cost import cost_micros, worst_cost_micros
 from tokenrelay.store.database import create_engine, database_url, redacted
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.usage.ledger import Ledger
@@ -37,8 +39,9 @@ class ExposedWithoutKeys(RuntimeError):
 
 
 class Accounting:
-    def __init__(self, settings: Settings, tracer: Tracer | None = None) -> None:
+    def __init__(self, settings: Settings, prices: PriceBook, tracer: Tracer | None = None) -> None:
         self.settings = settings
+        self.prices = prices
         self.url = database_url(settings)
         self.engine = create_engine(self.url)
         self.keys = KeyStore(self.engine)
@@ -100,22 +103,27 @@ class Accounting:
         if principal is None or not principal.limited:
             return None
         context = backend.card.context_length or self.settings.accounting.default_context_tokens
-        cost = worst_case(body, context)
+        bound = TokenBound(prompt_bound(body), completion_bound(body, context))
+        # Whichever of the model's nodes or fallbacks serves, the call costs at most this.
+        pricing = self.prices.worst(body.model)
+        cost = Charge(bound.total, worst_cost_micros(pricing, bound.prompt, bound.completion))
         # This key's requests that just ended hold their worst case until their rows are written (a few ms).
         # Noted before asking, since the writer may commit them while the refusal is being explained.
         settling = principal.key_id is not None and self.ledger.settling(principal.key_id)
         try:
-            return await self.limiter.admit(principal, cost)
+            return await self.limiter.admit(principal, cost, self.settings.currency)
         except (QuotaExceeded, RateLimited):
             if not settling:
                 raise
         # Write them now and ask again, rather than refuse a client that sends its requests back to back.
         await self.ledger.flush()
-        return await self.limiter.admit(principal, cost)
+        return await self.limiter.admit(principal, cost, self.settings.currency)
 
     def end(self, call: Call) -> None:
         if call.principal is None:
             return
+        pricing = self.prices.prices(call.served_model or call.model, call.node)
+        call.priced, call.cost = pricing is not None, cost_micros(pricing, call.usage)
         self.ledger.record(call)
         self.in_flight -= 1
         if self.in_flight == 0:

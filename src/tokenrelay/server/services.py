@@ -37,6 +37,7 @@ from tokenrelay.openai.batches.runner import BatchRunner
 from tokenrelay.openai.batches.store import BatchStore
 from tokenrelay.openai.files.store import FileStore
 from tokenrelay.openai.responses.store import ResponseStore
+from tokenrelay.pricing.book import PriceBook
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
 from tokenrelay.registrations.sync import NodeSync
@@ -56,6 +57,7 @@ class Services:
     nodes: NodeSync = field(init=False)
     worker: int | None = field(init=False)  # this process's pid when it is one of several workers
     finished: FinishedCalls = field(init=False)
+    prices: PriceBook = field(init=False)
     responses: ResponseStore = field(init=False)  # stored Responses API objects, beside the ledger
     files: FileStore = field(init=False)  # the Batch API's files
     batches: BatchStore = field(init=False)
@@ -65,7 +67,8 @@ class Services:
         several = self.settings.workers > 1
         self.worker = os.getpid() if several else None
         self.metrics = Metrics(self.backend_statuses, self.batch_progress, shared_metrics_dir() if several else None)
-        self.accounting = Accounting(self.settings, None if self.tracing is None else self.tracing.tracer)
+        self.prices = PriceBook(self.settings.served_models(), self._nodes_of)
+        self.accounting = Accounting(self.settings, self.prices, None if self.tracing is None else self.tracing.tracer)
         self.responses = ResponseStore(self.accounting.engine, self.settings.responses)
         self.files = FileStore(self.accounting.engine)
         self.batches = BatchStore(self.accounting.engine)
@@ -147,6 +150,12 @@ class Services:
         """Report the calls that ended this loop turn now, not at the turn's end, and commit their ledger rows."""
         self.finished.flush()
         await self.accounting.ledger.flush()
+
+    def _nodes_of(self, model_id: str) -> dict[str, UpstreamSettings]:
+        backend = self.registry.find(model_id)
+        if not isinstance(backend, RoutedBackend):
+            return {}
+        return {name: node.settings for name, node in backend.nodes.items()}
 
     def usable(self, principal: Principal, model_id: str) -> str | None:
         """Why `principal` cannot use `model_id` here (None when it can), in the words of a 404."""

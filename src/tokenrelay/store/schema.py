@@ -37,6 +37,8 @@ api_keys = Table(
     Column("rpm", Integer, nullable=True),
     Column("tpm", Integer, nullable=True),
     Column("budget_tokens", BigInteger, nullable=True),
+    Column("budget_cost", BigInteger, nullable=True),  # micro-units of the settings' currency
+    Column("budget_period", String(16), nullable=False, default="total"),  # total | daily | weekly | monthly
     Column("created_at", DateTime, nullable=False),
     Column("expires_at", DateTime, nullable=True),
     Column("revoked_at", DateTime, nullable=True),
@@ -56,6 +58,10 @@ key_counters = Table(
     Column("tpm_at", Float, nullable=False, default=0.0),
     Column("budget_used", BigInteger, nullable=False, default=0),
     Column("budget_reserved", BigInteger, nullable=False, default=0),
+    Column("cost_used", BigInteger, nullable=False, default=0),  # micro-units
+    Column("cost_reserved", BigInteger, nullable=False, default=0),
+    # The start of the budget period that `budget_used` and `cost_used` count (a periodic budget's); null: never reset.
+    Column("period_start", DateTime, nullable=True),
 )
 
 # One row per in-flight budget reservation, so a replica that dies mid-request cannot hold budget forever.
@@ -65,6 +71,7 @@ reservations = Table(
     Column("id", String(32), primary_key=True),
     Column("key_id", String(32), ForeignKey("api_keys.id"), nullable=False),
     Column("tokens", BigInteger, nullable=False),
+    Column("cost", BigInteger, nullable=False, default=0),  # micro-units
     Column("created_at", DateTime, nullable=False, index=True),
 )
 
@@ -93,6 +100,11 @@ usage = Table(
     Column("started_at", DateTime, nullable=False),
     Column("ended_at", DateTime, nullable=False),
     Column("batch_id", String(64), nullable=True),  # the batch a line of which this call was
+    # What the call cost in micro-units of the settings' currency, at the serving model's prices when it was
+    # written; `priced` is false for a model without prices (its cost is 0).
+    Column("cost", BigInteger, nullable=False, default=0),
+    Column("priced", Boolean, nullable=False, default=False),
+    Column("served_model", String(256), nullable=True),  # the fallback model that served `model`, if one did
     Index("ix_usage_started_at", "started_at"),
     Index("ix_usage_key_started", "key_id", "started_at"),
     Index("ix_usage_model_started", "model", "started_at"),

@@ -34,6 +34,10 @@ class LedgerEntry:
     def tokens(self) -> int:
         return self.values["prompt_tokens"] + self.values["completion_tokens"]
 
+    @property
+    def cost(self) -> int:
+        return self.values["cost"]
+
 
 def last_use(entries: Iterable[LedgerEntry]) -> dict[str, datetime]:
     """The latest end of each key's calls among the entries (for the keys' `last_used_at`)."""
@@ -78,5 +82,8 @@ def entry_for(call: Call) -> LedgerEntry:
         "started_at": _utc(call.started_at),
         "ended_at": _utc(call.started_at + call.latency),
         "batch_id": call.batch_id,
+        "cost": call.cost,
+        "priced": call.priced,
+        "served_model": call.served_model,
     }
     return LedgerEntry(values, call.reservation, None if call.span is None else call.span.get_span_context())

@@ -22,6 +22,8 @@ from tokenrelay.usage.rows import LedgerEntry
 log = logging.getLogger(__name__)
 
 _DATES = ("started_at", "ended_at")
+# Columns a spill file written by an earlier version lacks, with what such a row means.
+_ADDED_LATER = {"batch_id": None, "cost": 0, "priced": False, "served_model": None}
 
 
 def _line(entry: LedgerEntry) -> str:
@@ -35,6 +37,7 @@ def _entry(line: str) -> LedgerEntry:
     values = data["values"]
     for name in _DATES:
         values[name] = datetime.fromisoformat(values[name])
+    values.update({name: values.get(name, default) for name, default in _ADDED_LATER.items()})
     reservation = Reservation(**data["reservation"]) if data["reservation"] else None
     return LedgerEntry(values, reservation)
 

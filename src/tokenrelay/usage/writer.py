@@ -9,12 +9,13 @@ budget is given back, so the ledger holds one row per line and the budget pays f
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
-from sqlalchemy import Insert, case, delete, literal, select, update
+from sqlalchemy import Insert, Row, case, delete, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tokenrelay.limits.settle import settle
+from tokenrelay.limits.settle import Spent, settle
 from tokenrelay.store.schema import api_keys, key_counters, usage
 from tokenrelay.usage.rows import LedgerEntry, last_use
 
@@ -35,7 +36,7 @@ async def write_batch(engine: AsyncEngine, entries: list[LedgerEntry], *, maybe_
         else:
             await conn.execute(_insert(conn), [e.values for e in entries])
             fresh = entries
-        await settle(conn, [(e.reservation, e.tokens) for e in fresh if e.reservation is not None])
+        await settle(conn, [(e.reservation, Spent(e.tokens, e.cost)) for e in fresh if e.reservation is not None])
         await _keep_latest_runs(conn, {e.values["request_id"] for e in fresh if e.batch_line})
         await _touch_keys(conn, fresh)
     return len(fresh)
@@ -57,7 +58,7 @@ async def _keep_latest_runs(conn: AsyncConnection, request_ids: set[str]) -> Non
         return
     c = usage.c
     tokens = (c.prompt_tokens + c.completion_tokens).label("tokens")
-    query = select(c.id, c.request_id, c.key_id, tokens, c.ended_at).where(
+    query = select(c.id, c.request_id, c.key_id, tokens, c.cost, c.ended_at).where(
         c.request_id.in_(request_ids), c.batch_id.is_not(None)
     )
     rows = (await conn.execute(query)).all()
@@ -68,15 +69,29 @@ async def _keep_latest_runs(conn: AsyncConnection, request_ids: set[str]) -> Non
     if not earlier:
         return
     await conn.execute(delete(usage).where(c.id.in_([row.id for row in earlier])))
-    refunds: dict[str, int] = defaultdict(int)
+    refunds: dict[str, list[Row[Any]]] = defaultdict(list)
     for row in earlier:
         if row.key_id is not None:
-            refunds[row.key_id] += row.tokens
-    for key_id, refund in refunds.items():
-        # A key given its budget after the earlier run was never charged for it: the count stays at least 0.
-        left = key_counters.c.budget_used - refund
-        kept = case((left > 0, left), else_=literal(0))
-        await conn.execute(update(key_counters).where(key_counters.c.key_id == key_id).values(budget_used=kept))
+            refunds[row.key_id].append(row)
+    for key_id, runs in refunds.items():
+        await _refund(conn, key_id, runs)
+
+
+async def _refund(conn: AsyncConnection, key_id: str, runs: list[Row[Any]]) -> None:
+    """Give back what earlier runs charged, those that ended in the key's current budget period (a spend counted
+    in a period that has since ended is already gone). The counts stay at least 0: a key given its budget after
+    the earlier run was never charged for it."""
+    k = key_counters.c
+    start = (await conn.execute(select(k.period_start).where(k.key_id == key_id))).scalar()
+    counted = [run for run in runs if start is None or run.ended_at >= start]
+    if not counted:
+        return
+    tokens, micros = sum(run.tokens for run in counted), sum(run.cost for run in counted)
+    kept = {
+        "budget_used": case((k.budget_used - tokens > 0, k.budget_used - tokens), else_=literal(0)),
+        "cost_used": case((k.cost_used - micros > 0, k.cost_used - micros), else_=literal(0)),
+    }
+    await conn.execute(update(key_counters).where(k.key_id == key_id).values(**kept))
 
 
 async def _touch_keys(conn: AsyncConnection, entries: list[LedgerEntry]) -> None:

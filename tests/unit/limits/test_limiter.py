@@ -16,8 +16,9 @@ from tokenrelay.auth.keysecrets import hash_secret
 from tokenrelay.auth.keystore import KeySpec, KeyStore
 from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import QuotaExceeded, RateLimited
-from tokenrelay.limits.limiter import Limiter
-from tokenrelay.limits.settle import settle
+from tokenrelay.limits.cost import Charge
+from tokenrelay.limits.limiter import BudgetState, Limiter
+from tokenrelay.limits.settle import Spent, settle
 from tokenrelay.store.database import create_engine
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import reservations
@@ -51,9 +52,9 @@ def test_requests_per_minute_allow_a_burst_then_refuse_with_retry_after(tmp_path
         async for store, limiter in opened(path):
             caller = await principal(store, rpm=3)
             for _ in range(3):
-                assert await limiter.admit(caller, 10) is not None
+                assert await limiter.admit(caller, Charge(10)) is not None
             with pytest.raises(RateLimited) as refused:
-                await limiter.admit(caller, 10)
+                await limiter.admit(caller, Charge(10))
             assert "3 requests per minute" in refused.value.message
             assert 1 <= int(refused.value.headers["Retry-After"]) <= 20  # a third of a minute drains one request
 
@@ -65,10 +66,10 @@ def test_a_request_larger_than_the_token_limit_is_refused_at_once(tmp_path: Path
         async for store, limiter in opened(path):
             caller = await principal(store, tpm=100)
             with pytest.raises(RateLimited, match="more than the key's limit of 100 tokens per minute"):
-                await limiter.admit(caller, 101)
-            assert await limiter.admit(caller, 100) is not None
+                await limiter.admit(caller, Charge(101))
+            assert await limiter.admit(caller, Charge(100)) is not None
             with pytest.raises(RateLimited, match="100 tokens per minute"):
-                await limiter.admit(caller, 1)
+                await limiter.admit(caller, Charge(1))
 
     run(scenario, tmp_path)
 
@@ -77,14 +78,14 @@ def test_the_budget_holds_reservations_and_settles_to_real_usage(tmp_path: Path)
     async def scenario(path: Path) -> None:
         async for store, limiter in opened(path):
             caller = await principal(store, budget_tokens=100)
-            first = await limiter.admit(caller, 60)
-            assert await limiter.budget_state(caller.key_id) == (0, 60)
+            first = await limiter.admit(caller, Charge(60))
+            assert await limiter.budget_state(caller.key_id) == BudgetState(0, 60)
             with pytest.raises(QuotaExceeded, match="40 remain of 100"):
-                await limiter.admit(caller, 50)  # 60 held + 50 would pass 100
+                await limiter.admit(caller, Charge(50))  # 60 held + 50 would pass 100
             async with limiter.engine.begin() as conn:
-                await settle(conn, [(first, 15)])
-            assert await limiter.budget_state(caller.key_id) == (15, 0)
-            assert await limiter.admit(caller, 85) is not None
+                await settle(conn, [(first, Spent(15))])
+            assert await limiter.budget_state(caller.key_id) == BudgetState(15, 0)
+            assert await limiter.admit(caller, Charge(85)) is not None
 
     run(scenario, tmp_path)
 
@@ -93,12 +94,12 @@ def test_reservations_of_a_dead_replica_are_given_back(tmp_path: Path) -> None:
     async def scenario(path: Path) -> None:
         async for store, limiter in opened(path):
             caller = await principal(store, budget_tokens=100)
-            await limiter.admit(caller, 70)
+            await limiter.admit(caller, Charge(70))
             assert await limiter.release_stale(older_than=3600) == 0  # young: kept
             async with limiter.engine.begin() as conn:
                 await conn.execute(update(reservations).values(created_at=utcnow().replace(year=2000)))
             assert await limiter.release_stale(older_than=3600) == 1
-            assert await limiter.budget_state(caller.key_id) == (0, 0)
+            assert await limiter.budget_state(caller.key_id) == BudgetState(0, 0)
 
     run(scenario, tmp_path)
 
@@ -107,6 +108,6 @@ def test_an_unlimited_key_never_touches_the_counters(tmp_path: Path) -> None:
     async def scenario(path: Path) -> None:
         async for store, limiter in opened(path):
             caller = await principal(store)
-            assert await limiter.admit(caller, 10**9) is None
+            assert await limiter.admit(caller, Charge(10**9)) is None
 
     run(scenario, tmp_path)

@@ -26,7 +26,8 @@ from tokenrelay.backends.base import Finish, TextDelta, TokenLogprob, Usage
 from tokenrelay.calls.record import Call
 from tokenrelay.config import AccountingSettings, Settings
 from tokenrelay.errors import QuotaExceeded, RateLimited
-from tokenrelay.limits.limiter import Limiter
+from tokenrelay.limits.cost import Charge
+from tokenrelay.limits.limiter import BudgetState, Limiter
 from tokenrelay.store.database import create_engine, database_url
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import metadata, reservations, usage
@@ -106,10 +107,13 @@ def test_concurrent_admissions_never_overspend_a_budget(url: str) -> None:
         engine, store, limiter = await opened(url)
         record, secret = await store.create(KeySpec(name="b", budget_tokens=100))
         principal = await store.principal(hash_secret(secret))
-        outcomes = await asyncio.gather(*(limiter.admit(principal, 8) for _ in range(40)), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(limiter.admit(principal, Charge(8)) for _ in range(40)), return_exceptions=True
+        )
         admitted = [o for o in outcomes if not isinstance(o, Exception)]
         errors = sorted({type(o).__name__ for o in outcomes if isinstance(o, Exception)})
-        used, reserved = await limiter.budget_state(record.id)
+        state = await limiter.budget_state(record.id)
+        used, reserved = state.tokens_used, state.tokens_reserved
         assert (used, reserved) == (0, 8 * len(admitted))
         await engine.dispose()
         return len(admitted), errors
@@ -125,14 +129,14 @@ def test_settlement_happens_once_even_when_a_batch_is_written_twice(url: str) ->
         calls = []
         for i in range(3):
             call = Call(request_id=f"r{i}", endpoint="completions", model="m", key_id=principal.key_id)
-            call.reservation = await limiter.admit(principal, 50)
+            call.reservation = await limiter.admit(principal, Charge(50))
             call.usage = Usage(prompt_tokens=5, completion_tokens=7)
             calls.append(call)
-        assert await limiter.budget_state(principal.key_id) == (0, 150)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(0, 150)
         entries = [entry_for(c) for c in calls]
         assert await write_batch(engine, entries) == 3
         assert await write_batch(engine, entries) == 0  # a retry after an unknown outcome changes nothing
-        assert await limiter.budget_state(principal.key_id) == (36, 0)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(36, 0)
         async with engine.connect() as conn:
             assert (await conn.execute(select(func.count()).select_from(usage))).scalar() == 3
             assert (await conn.execute(select(func.count()).select_from(reservations))).scalar() == 0
@@ -150,7 +154,7 @@ def test_a_batch_line_run_again_is_charged_once_for_its_latest_run(url: str) -> 
         async def run_of_the_line(started_at: float, completion_tokens: int) -> Call:
             call = Call(request_id="batch_b-3", endpoint="chat.completions", model="m", key_id=principal.key_id)
             call.batch_id, call.started_at, call.ended = "batch_b", started_at, call.started + 1
-            call.reservation = await limiter.admit(principal, 50)
+            call.reservation = await limiter.admit(principal, Charge(50))
             call.usage = Usage(prompt_tokens=5, completion_tokens=completion_tokens)
             return call
 
@@ -162,16 +166,16 @@ def test_a_batch_line_run_again_is_charged_once_for_its_latest_run(url: str) -> 
         now = time.time()
         cut, oldest, answered = [entry_for(await run_of_the_line(now + t, n)) for t, n in ((0, 2), (-60, 4), (10, 9))]
         assert await write_batch(engine, [cut]) == 1  # a run cut by a shutdown: charged what it used
-        assert await limiter.budget_state(principal.key_id) == (7, 100)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(7, 100)
         assert await write_batch(engine, [answered]) == 1  # the line's next run replaces it
         assert await line_rows() == [9]
-        assert await limiter.budget_state(principal.key_id) == (14, 50)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 50)
         await write_batch(engine, [cut])  # a retried write of the replaced row brings nothing back
         assert await line_rows() == [9]
-        assert await limiter.budget_state(principal.key_id) == (14, 50)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 50)
         assert await write_batch(engine, [oldest]) == 1  # an older run replayed late loses to the latest
         assert await line_rows() == [9]
-        assert await limiter.budget_state(principal.key_id) == (14, 0)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 0)
         await engine.dispose()
 
     run(scenario())
@@ -182,13 +186,13 @@ def test_rate_limits_refuse_with_retry_after(url: str) -> None:
         engine, store, limiter = await opened(url)
         _record, secret = await store.create(KeySpec(name="r", rpm=2, tpm=100))
         principal = await store.principal(hash_secret(secret))
-        await limiter.admit(principal, 10)
-        await limiter.admit(principal, 10)
+        await limiter.admit(principal, Charge(10))
+        await limiter.admit(principal, Charge(10))
         with pytest.raises(RateLimited) as rpm:
-            await limiter.admit(principal, 10)
+            await limiter.admit(principal, Charge(10))
         assert 1 <= int(rpm.value.headers["Retry-After"]) <= 30 and "requests per minute" in rpm.value.message
         with pytest.raises(RateLimited) as too_big:
-            await limiter.admit(principal, 101)
+            await limiter.admit(principal, Charge(101))
         assert "more than the key's limit" in too_big.value.message
         await engine.dispose()
 
@@ -200,11 +204,11 @@ def test_stale_reservations_are_released(url: str) -> None:
         engine, store, limiter = await opened(url)
         record, secret = await store.create(KeySpec(name="crash", budget_tokens=100))
         principal = await store.principal(hash_secret(secret))
-        await limiter.admit(principal, 60)  # the replica "dies" without settling
+        await limiter.admit(principal, Charge(60))  # the replica "dies" without settling
         assert await limiter.release_stale(older_than=3600) == 0
-        assert await limiter.budget_state(record.id) == (0, 60)
+        assert await limiter.budget_state(record.id) == BudgetState(0, 60)
         assert await limiter.release_stale(older_than=0) == 1
-        assert await limiter.budget_state(record.id) == (0, 0)
+        assert await limiter.budget_state(record.id) == BudgetState(0, 0)
         await engine.dispose()
 
     run(scenario())
@@ -314,7 +318,7 @@ def test_a_batch_committed_before_its_error_is_settled_once_on_the_retry(
         await ledger.start()
         calls = _calls(4)
         for call in calls:
-            call.key_id, call.reservation = principal.key_id, await limiter.admit(principal, 50)
+            call.key_id, call.reservation = principal.key_id, await limiter.admit(principal, Charge(50))
             ledger.record(call)  # a row that settles a reservation wakes the writer at once
         await until(lambda: len(asked) >= 2 and not ledger.settling(principal.key_id))  # retried and settled
         for call in _calls(3):
@@ -324,11 +328,11 @@ def test_a_batch_committed_before_its_error_is_settled_once_on_the_retry(
         await engine.dispose()
         return ledger.written, state
 
-    written, (used, reserved) = run(scenario())
+    written, state = run(scenario())
     assert asked[:2] == [False, True]  # a first try asks nothing back; the retry asks which rows are new
     assert asked[2:] == [False] * len(asked[2:])  # and later batches are first tries again
     assert written == 7 - sizes[0]  # the first batch's rows were new only on the try that "failed"
-    assert (used, reserved) == (4 * 3, 0)  # settled once: 1 prompt + 2 completion tokens each
+    assert state == BudgetState(4 * 3, 0)  # settled once: 1 prompt + 2 completion tokens each
     assert run(_count(url)) == 7
 
 

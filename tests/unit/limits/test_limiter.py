@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -40,8 +41,8 @@ async def opened(tmp_path: Path) -> AsyncIterator[tuple[KeyStore, Limiter]]:
         await engine.dispose()
 
 
-async def principal(store: KeyStore, **limits: int) -> Principal:
-    _, secret = await store.create(KeySpec(name="k", **limits))
+async def principal(store: KeyStore, **limits: int | str) -> Principal:
+    _, secret = await store.create(KeySpec(name="k", **limits))  # type: ignore[arg-type]
     found = await store.principal(hash_secret(secret))
     assert found is not None
     return found
@@ -109,5 +110,87 @@ def test_an_unlimited_key_never_touches_the_counters(tmp_path: Path) -> None:
         async for store, limiter in opened(path):
             caller = await principal(store)
             assert await limiter.admit(caller, Charge(10**9)) is None
+
+    run(scenario, tmp_path)
+
+
+class Clock:
+    """A clock the test moves: what the limiter and the key store take as now (naive UTC)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def clocked(tmp_path: Path, clock: Clock) -> AsyncIterator[tuple[KeyStore, Limiter]]:
+    async for store, limiter in opened(tmp_path):
+        yield KeyStore(store.engine, clock), Limiter(limiter.engine, clock)
+
+
+def test_a_money_budget_holds_the_worst_case_and_settles_to_the_exact_cost(tmp_path: Path) -> None:
+    async def scenario(path: Path) -> None:
+        async for store, limiter in opened(path):
+            caller = await principal(store, budget_cost=1_000_000)  # 1.000000 in micro-units
+            first = await limiter.admit(caller, Charge(100, 700_000), "EUR")
+            with pytest.raises(
+                QuotaExceeded, match=r"budget of 1\.000000 EUR .* cost up to 0\.400000 EUR and 0\.300000"
+            ):
+                await limiter.admit(caller, Charge(100, 400_000), "EUR")
+            async with limiter.engine.begin() as conn:
+                await settle(conn, [(first, Spent(40, 123_457))])
+            assert await limiter.budget_state(caller.key_id) == BudgetState(40, 0, 123_457, 0)
+            assert await limiter.admit(caller, Charge(100, 876_543), "EUR") is not None  # exactly what is left
+            with pytest.raises(QuotaExceeded):
+                await limiter.admit(caller, Charge(1, 1), "EUR")
+
+    run(scenario, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("period", "start", "after"),
+    [
+        ("monthly", datetime(2027, 1, 31, 23, 59), datetime(2027, 2, 1, 0, 0, 1)),
+        ("weekly", datetime(2027, 1, 3, 12, 0), datetime(2027, 1, 4, 0, 0)),  # Sunday, then Monday
+        ("daily", datetime(2027, 1, 3, 23, 0), datetime(2027, 1, 4, 0, 30)),
+    ],
+)
+def test_a_periodic_budget_starts_from_zero_at_the_period_boundary(
+    tmp_path: Path, period: str, start: datetime, after: datetime
+) -> None:
+    async def scenario(path: Path) -> None:
+        clock = Clock(start)
+        async for store, limiter in clocked(path, clock):
+            caller = await principal(store, budget_tokens=100, budget_cost=500, budget_period=period)
+            spent = await limiter.admit(caller, Charge(80, 100))
+            async with limiter.engine.begin() as conn:
+                await settle(conn, [(spent, Spent(80, 100))])
+            with pytest.raises(QuotaExceeded, match=f"{period} token budget .* It resets at {after:%Y-%m-%d}T00"):
+                await limiter.admit(caller, Charge(30, 1))
+            assert (await store.get("k")).budget_used == 80
+            clock.now = after
+            record = await store.get("k")
+            assert (record.budget_used, record.cost_used) == (0, 0)  # shown for the new period before any request
+            assert record.resets_at is not None and record.resets_at > after
+            assert await limiter.admit(caller, Charge(100, 500)) is not None  # the whole budget again
+            with pytest.raises(QuotaExceeded):
+                await limiter.admit(caller, Charge(1, 0))
+
+    run(scenario, tmp_path)
+
+
+def test_a_total_budget_never_resets(tmp_path: Path) -> None:
+    async def scenario(path: Path) -> None:
+        clock = Clock(datetime(2027, 1, 31, 23, 59))
+        async for store, limiter in clocked(path, clock):
+            caller = await principal(store, budget_tokens=100)
+            spent = await limiter.admit(caller, Charge(90))
+            async with limiter.engine.begin() as conn:
+                await settle(conn, [(spent, Spent(90))])
+            clock.now = datetime(2028, 6, 1)
+            with pytest.raises(QuotaExceeded, match="10 remain of 100"):
+                await limiter.admit(caller, Charge(20))
+            assert (await store.get("k")).resets_at is None
 
     run(scenario, tmp_path)

@@ -83,7 +83,8 @@ async def get_usage(
     start = _instant(since, "since")
     accounting = _accounting(request)
     await accounting.ledger.flush()  # this replica's queued rows count too
-    report = await usage_report(accounting.engine, UsageQuery(key=key, model=model, since=start, by=by))
+    query = UsageQuery(key=key, model=model, since=start, by=by)
+    report = await usage_report(accounting.engine, query, accounting.settings.currency)
     return JSONResponse(report)
 
 
@@ -108,4 +109,4 @@ async def get_usage_series(
     accounting = _accounting(request)
     await accounting.ledger.flush()
     query = SeriesQuery(window=span, by=by, key=key, model=model, limit=shown)
-    return JSONResponse(await usage_series(accounting.engine, query))
+    return JSONResponse(await usage_series(accounting.engine, query, accounting.settings.currency))

@@ -1,5 +1,9 @@
 """Usage totals over the ledger, optionally filtered and grouped: what `tokenrelay usage` and
-`GET /admin/usage` both serve."""
+`GET /admin/usage` both serve.
+
+Costs are summed in SQL as the integer micro-units each row was charged, so a total is exact and does not move
+when prices change later; `unpriced_requests` counts rows of models without prices (they cost 0).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tokenrelay.store.schema import usage
 from tokenrelay.store.timeutil import iso
+from tokenrelay.usage.costs import cost_figures
 
 GroupBy = Literal["key", "model", "day"]
 GROUPINGS: tuple[str, ...] = ("key", "model", "day")
@@ -36,6 +41,8 @@ def _measures() -> list[Any]:
         func.coalesce(func.sum(u.prompt_tokens), 0).label("prompt_tokens"),
         func.coalesce(func.sum(u.completion_tokens), 0).label("completion_tokens"),
         func.coalesce(func.sum(u.cached_tokens), 0).label("cached_tokens"),
+        func.coalesce(func.sum(u.cost), 0).label("cost_micros"),
+        func.coalesce(func.sum(case((u.priced, 0), else_=1).cast(Integer)), 0).label("unpriced_requests"),
         func.coalesce(func.sum(case((u.status >= 400, 1), else_=0).cast(Integer)), 0).label("failed"),
         func.coalesce(func.sum(case((u.cancelled, 1), else_=0).cast(Integer)), 0).label("cancelled"),
     ]
@@ -67,6 +74,8 @@ def _figures(row: Any) -> dict[str, Any]:
     figures = {name: int(getattr(row, name)) for name in ("requests", "prompt_tokens", "completion_tokens")}
     figures["total_tokens"] = figures["prompt_tokens"] + figures["completion_tokens"]
     figures.update({name: int(getattr(row, name)) for name in ("cached_tokens", "failed", "cancelled")})
+    figures.update(cost_figures(int(row.cost_micros)))  # PostgreSQL sums a bigint as a numeric
+    figures["unpriced_requests"] = int(row.unpriced_requests)
     return figures
 
 
@@ -78,7 +87,8 @@ def _label(row: Any, by: GroupBy) -> dict[str, Any]:
     return {"day": str(row.day)}
 
 
-async def usage_report(engine: AsyncEngine, query: UsageQuery) -> dict[str, Any]:
+async def usage_report(engine: AsyncEngine, query: UsageQuery, currency: str) -> dict[str, Any]:
+    """Totals (and groups) of the rows the query covers; costs are in `currency`, the settings' one."""
     keys = _groups(query.by)
     where = conditions(query)
     async with engine.connect() as conn:
@@ -88,4 +98,10 @@ async def usage_report(engine: AsyncEngine, query: UsageQuery) -> dict[str, Any]
             grouped = select(*keys, *_measures()).where(*where).group_by(*keys).order_by(*keys)
             rows = (await conn.execute(grouped)).all()
     groups = [{**_label(row, query.by), **_figures(row)} for row in rows] if query.by else []
-    return {"object": "usage_report", "filters": query.filters(), "totals": _figures(total), "groups": groups}
+    return {
+        "object": "usage_report",
+        "currency": currency,
+        "filters": query.filters(),
+        "totals": _figures(total),
+        "groups": groups,
+    }

@@ -25,7 +25,17 @@ MAX_LIMIT = 50
 FETCH_ROWS = 5_000
 
 u = usage.c
-_MEASURED = [u.started_at, u.status, u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.latency_ms, u.ttft_ms]
+_MEASURED = [
+    u.started_at,
+    u.status,
+    u.prompt_tokens,
+    u.completion_tokens,
+    u.cached_tokens,
+    u.latency_ms,
+    u.ttft_ms,
+    u.cost,
+    u.priced,
+]
 _LABELS: dict[str, list[Any]] = {"key": [u.key_id, u.key_name], "model": [u.model]}
 
 
@@ -63,7 +73,8 @@ async def _tallies(engine: AsyncEngine, query: SeriesQuery) -> tuple[Tally, dict
     return total, groups
 
 
-async def usage_series(engine: AsyncEngine, query: SeriesQuery) -> dict[str, Any]:
+async def usage_series(engine: AsyncEngine, query: SeriesQuery, currency: str) -> dict[str, Any]:
+    """Figures per bucket and their summary, for everything and per series; costs are in `currency`."""
     total, groups = await _tallies(engine, query)
     ranked = sorted(groups.items(), key=lambda item: item[1].weight, reverse=True)
     shown, rest = ranked[: query.limit], ranked[query.limit :]
@@ -78,6 +89,7 @@ async def usage_series(engine: AsyncEngine, query: SeriesQuery) -> dict[str, Any
         "object": "usage_series",
         "bucket": window.bucket,
         "by": query.by,
+        "currency": currency,
         "filters": {"key": query.key, "model": query.model},
         "since": iso(window.start),
         "until": iso(window.end),

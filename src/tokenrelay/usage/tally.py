@@ -1,4 +1,5 @@
-"""Per-bucket figures of one series (a key, a model, everything), with exact latency percentiles."""
+"""Per-bucket figures of one series (a key, a model, everything), with exact latency percentiles and costs
+(the integer micro-units each row was charged, summed exactly)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-COUNTS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "failed")
+from tokenrelay.pricing.cost import money
+from tokenrelay.usage.costs import cost_figures
+
+COUNTS = (
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "failed",
+    "cost_micros",
+    "unpriced_requests",
+)
 PERCENTILES = (50, 95, 99)
 TIMINGS = ("latency_ms", "ttft_ms")
 
@@ -43,6 +55,9 @@ class Tally:
         counts["prompt_tokens"][index] += row.prompt_tokens
         counts["completion_tokens"][index] += row.completion_tokens
         counts["cached_tokens"][index] += row.cached_tokens
+        counts["cost_micros"][index] += row.cost
+        if not row.priced:
+            counts["unpriced_requests"][index] += 1
         if row.status >= 400:
             counts["failed"][index] += 1
             return
@@ -66,11 +81,13 @@ class Tally:
 
     def to_json(self) -> dict[str, Any]:
         series: dict[str, Any] = dict(self.counts)
+        series["cost"] = [money(micros) for micros in self.counts["cost_micros"]]
         for name, buckets in self.timings.items():
             per_bucket = [percentiles(values) for values in buckets]
             series[name] = {f"p{p}": [b[f"p{p}"] for b in per_bucket] for p in PERCENTILES}
         summary: dict[str, Any] = {name: sum(values) for name, values in self.counts.items()}
         summary["total_tokens"] = summary["prompt_tokens"] + summary["completion_tokens"]
+        summary.update(cost_figures(summary["cost_micros"]))
         for name, buckets in self.timings.items():
             summary[name] = percentiles([value for values in buckets for value in values])
         series["summary"] = summary

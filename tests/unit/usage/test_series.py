@@ -44,9 +44,12 @@ def test_nearest_rank_percentiles_are_observed_values() -> None:
     assert percentiles([]) == {"p50": None, "p95": None, "p99": None}
 
 
-def _row(status: int, latency: float, ttft: float | None = None, tokens: tuple[int, int] = (3, 2)) -> SimpleNamespace:
+def _row(
+    status: int, latency: float, ttft: float | None = None, tokens: tuple[int, int] = (3, 2), cost: int | None = 5
+) -> SimpleNamespace:
     prompt, completion = tokens
     fields = {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": 1}
+    fields |= {"cost": cost or 0, "priced": cost is not None}
     return SimpleNamespace(status=status, latency_ms=latency, ttft_ms=ttft, **fields)
 
 
@@ -62,6 +65,18 @@ def test_tally_counts_failures_but_times_only_answered_requests() -> None:
     summary = series["summary"]
     assert (summary["requests"], summary["total_tokens"], summary["cached_tokens"]) == (3, 10, 3)
     assert summary["latency_ms"] == {"p50": 100.0, "p95": 300.0, "p99": 300.0}
+
+
+def test_tally_sums_costs_and_counts_unpriced_rows() -> None:
+    tally = Tally(2)
+    tally.add(0, _row(200, 1.0, cost=999_999))
+    tally.add(0, _row(200, 1.0, cost=1))
+    tally.add(1, _row(200, 1.0, cost=None))
+    series = tally.to_json()
+    assert series["cost_micros"] == [1_000_000, 0] and series["cost"] == ["1.000000", "0.000000"]
+    assert series["unpriced_requests"] == [0, 1]
+    summary = series["summary"]
+    assert (summary["cost"], summary["cost_micros"], summary["unpriced_requests"]) == ("1.000000", 1_000_000, 1)
 
 
 def test_merged_tallies_have_the_percentiles_of_all_their_rows() -> None:

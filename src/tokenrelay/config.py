@@ -395,6 +395,11 @@ class Settings(BaseSettings):
     metrics_require_admin: bool = Field(default=False, description="serve /metrics only with the admin key")
     api_key: SecretStr | None = Field(default=None, description="a static key accepted on /v1 (no limits)")
     database_url: str | None = Field(default=None, description="sqlite:///path or postgresql://...; default: data dir")
+    redis_url: str | None = Field(
+        default=None,
+        pattern=r"^(redis|rediss|unix)://",
+        description="redis://host:port/db: requests and tokens per minute counted there, shared by every replica",
+    )
     insecure_no_auth: bool = Field(default=False, description="allow serving without keys on a non-loopback address")
     shutdown_timeout: float = Field(default=30.0, ge=0, description="seconds in-flight requests get on shutdown")
     workers: int = Field(default=1, ge=1, le=256, description="server processes sharing the port (upstream-only)")

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-timeout", type=float, help="seconds in-flight requests get on shutdown (default 30)")
     serve.add_argument("--log-format", choices=["text", "json"], help="text (default) or one JSON object per line")
     serve.add_argument(
+        "--redis-url", help="redis://host:port/db: count --rpm/--tpm limits there, shared by every replica"
+    )
+    serve.add_argument(
         "--metrics-require-admin", action="store_true", default=None, help="serve /metrics only with the admin key"
     )
     add_keys_commands(commands, store)
@@ -97,6 +100,7 @@ SETTING_FLAGS = (
     "log_format",
     "metrics_require_admin",
     "database_url",
+    "redis_url",
     "api_key",
     "insecure_no_auth",
     "shutdown_timeout",

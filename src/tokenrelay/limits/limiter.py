@@ -8,6 +8,9 @@ version when replicas race, so concurrent admissions on any number of replicas s
 budget cannot be overspent. SQLite (one node) runs the same statement under its database write lock.
 Cost: one round trip per request of a limited key; unlimited keys never touch the counters.
 
+With `redis_url` set, the rate buckets live in Redis instead (`limits/rates.py`) and the row keeps the budgets:
+the buckets are taken first, then the budget, and a budget's refusal gives the buckets' take back.
+
 Budgets are in tokens, in money (micro-units), or both, over a period (`limits/periods.py`): the first
 admission of a new period starts the spend from zero in the same statement, so replicas racing across a
 period boundary still see one count.
@@ -15,10 +18,11 @@ period boundary still see one count.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +34,7 @@ from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.buckets import drained, drained_sql, retry_after
 from tokenrelay.limits.cost import Charge
 from tokenrelay.limits.periods import next_reset, period_start
+from tokenrelay.limits.rates import Levels, RateAsk, RateBuckets
 from tokenrelay.pricing.cost import money
 from tokenrelay.store.schema import key_counters, reservations
 from tokenrelay.store.timeutil import iso, utcnow
@@ -46,12 +51,17 @@ class Reservation:
     tpm: bool  # the tokens went into the tokens-per-minute bucket
     budget_id: str | None  # the reservations row holding budget, if the key has a budget
     micros: int = 0  # money held against the key's money budget
+    rate_tokens: int = 0  # tokens taken from a tokens-per-minute bucket outside the database (`limits/rates.py`)
 
 
 class Limiter:
-    def __init__(self, engine: AsyncEngine, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self, engine: AsyncEngine, clock: Callable[[], datetime] = utcnow, rates: RateBuckets | None = None
+    ) -> None:
         self.engine = engine
         self.clock = clock  # naive UTC now: which budget period an admission falls in
+        self.rates = rates  # where rpm/tpm buckets live when not in the key's counters row (Redis)
+        self._refunds: set[asyncio.Task[None]] = set()
 
     async def admit(self, principal: Principal, charge: Charge, currency: str = "") -> Reservation | None:
         """Reserve one request and `charge` (tokens and money), or raise 429 naming the limit that refused."""
@@ -62,6 +72,46 @@ class Limiter:
                 f"This request may use up to {charge.tokens} tokens, more than the key's limit of {principal.tpm} "
                 "tokens per minute. Lower max_tokens (or n) or shorten the prompt."
             )
+        if self.rates is not None and (principal.rpm is not None or principal.tpm is not None):
+            return await self._admit_with_rates(self.rates, principal, principal.key_id, charge, currency)
+        return await self._admit_in_database(principal, principal.key_id, charge, currency)
+
+    async def _admit_with_rates(
+        self, rates: RateBuckets, principal: Principal, key_id: str, charge: Charge, currency: str
+    ) -> Reservation:
+        """The rate buckets from `rates`, then the budgets (if any) from the counters row."""
+        ask = RateAsk(key_id, principal.rpm, principal.tpm, charge.tokens if principal.tpm is not None else 0)
+        levels = await rates.take(ask)
+        if levels is not None:
+            rates_only = replace(principal, budget_tokens=None, budget_cost=None)
+            raise refusal(Asked(rates_only, charge, levels.at, self.clock(), currency), levels)
+        budgets = replace(principal, rpm=None, tpm=None)
+        if not budgets.budgeted:
+            return Reservation(key_id, charge.tokens, False, None, charge.micros, rate_tokens=ask.tokens)
+        try:
+            reservation = await self._admit_in_database(budgets, key_id, charge, currency)
+        except BaseException:  # refused (or failed, or cancelled): the request never runs
+            await rates.give_back(key_id, 1 if ask.rpm is not None else 0, ask.tokens)
+            raise
+        return replace(reservation, rate_tokens=ask.tokens)
+
+    def give_back_rates(self, reservation: Reservation, used_tokens: int) -> None:
+        """Give the tokens-per-minute bucket outside the database what the request did not use. Not durable
+        state, so it need not wait for the ledger row as the database's bucket does (`limits/settle.py`)."""
+        unused = reservation.rate_tokens - used_tokens
+        if self.rates is None or not reservation.rate_tokens or not unused:
+            return
+        task = asyncio.get_running_loop().create_task(self.rates.give_back(reservation.key_id, 0, unused))
+        self._refunds.add(task)  # held until done, so the loop does not drop it
+        task.add_done_callback(self._refunds.discard)
+
+    async def close(self) -> None:
+        if self.rates is None:
+            return
+        await asyncio.gather(*self._refunds, return_exceptions=True)
+        await self.rates.close()
+
+    async def _admit_in_database(self, principal: Principal, key_id: str, charge: Charge, currency: str) -> Reservation:
         now, today = time.time(), self.clock()
         budget_id = uuid.uuid4().hex if principal.budgeted else None
         async with self.engine.begin() as conn:
@@ -77,7 +127,7 @@ class Limiter:
                 await conn.execute(insert(reservations).values(row))
         if not admitted:
             await self._refuse(principal, charge, now, today, currency)
-        return Reservation(principal.key_id, charge.tokens, principal.tpm is not None, budget_id, charge.micros)
+        return Reservation(key_id, charge.tokens, principal.tpm is not None, budget_id, charge.micros)
 
     async def _take(
         self, conn: AsyncConnection, principal: Principal, charge: Charge, now: float, today: datetime
@@ -162,7 +212,7 @@ def period_spend(principal: Principal, row: Row[Any], today: datetime) -> tuple[
     return int(row.budget_used), int(row.cost_used)
 
 
-def refusal(asked: Asked, row: Row[Any] | None) -> Exception:
+def refusal(asked: Asked, row: Row[Any] | Levels | None) -> Exception:
     """The 429 for a refused admission: the limit with the least room left.
 
     Read after the refusing UPDATE, so requests settling in between may have made room again; the limit
@@ -173,9 +223,9 @@ def refusal(asked: Asked, row: Row[Any] | None) -> Exception:
     return min(_candidates(asked, row), key=lambda pair: pair[0])[1]
 
 
-def _candidates(asked: Asked, row: Row[Any]) -> list[tuple[float, Exception]]:
+def _candidates(asked: Asked, row: Row[Any] | Levels) -> list[tuple[float, Exception]]:
     principal, charge, now = asked.principal, asked.charge, asked.now
-    found = _budget_candidates(asked, row)
+    found = [] if isinstance(row, Levels) else _budget_candidates(asked, row)  # Redis's buckets hold no budgets
     if principal.rpm is not None:
         level = drained(row.rpm_level, row.rpm_at, principal.rpm, now)
         wait = retry_after(level, 1, principal.rpm)

@@ -8,6 +8,7 @@ import hashlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.loopback import is_loopback
@@ -19,6 +20,9 @@ from tokenrelay.config import Settings
 from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.cost import Admitted, Charge, TokenBound, completion_bound, prompt_bound
 from tokenrelay.limits.limiter import Limiter, Reservation
+from tokenrelay.limits.local_rates import LocalRates
+from tokenrelay.limits.rates import FailoverRates
+from tokenrelay.limits.shared_rates import SharedRates
 from tokenrelay.pricing.book import PriceBook
 from tokenrelay.pricing.cost import cost_micros, worst_cost_micros
 from tokenrelay.store.database import create_engine, database_url, redacted
@@ -46,7 +50,7 @@ class Accounting:
         self.engine = create_engine(self.url)
         self.keys = KeyStore(self.engine)
         self.verifier = KeyVerifier(self.keys, settings)
-        self.limiter = Limiter(self.engine)
+        self.limiter = Limiter(self.engine, rates=_rates(settings.redis_url))
         self.ledger = Ledger(self.engine, settings.accounting, self._spill_files(), tracer)
         self.in_flight = 0
         self._idle = asyncio.Event()
@@ -59,6 +63,8 @@ class Accounting:
 
     async def start(self) -> None:
         log.info("usage ledger and keys in %s", redacted(self.url))
+        if self.settings.redis_url is not None:
+            log.info("requests and tokens per minute counted in Redis at %s", _redis_where(self.settings.redis_url))
         await upgrade(self.engine)
         await self.ledger.start()
         self._sweeper = asyncio.create_task(self._sweep(), name="reservation-sweeper")
@@ -124,6 +130,8 @@ class Accounting:
             return
         pricing = self.prices.prices(call.served_model or call.model, call.node)
         call.priced, call.cost = pricing is not None, cost_micros(pricing, call.usage)
+        if call.reservation is not None:
+            self.limiter.give_back_rates(call.reservation, call.usage.prompt_tokens + call.usage.completion_tokens)
         self.ledger.record(call)
         self.in_flight -= 1
         if self.in_flight == 0:
@@ -142,4 +150,21 @@ class Accounting:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
         await self.ledger.close()
+        await self.limiter.close()
         await self.engine.dispose()
+
+
+def _rates(redis_url: str | None) -> FailoverRates | None:
+    """Rate buckets in Redis (each replica counting alone while it is down), or None: in the database."""
+    if redis_url is None:
+        return None
+    return FailoverRates(SharedRates(redis_url), LocalRates(), _redis_where(redis_url))
+
+
+def _redis_where(redis_url: str) -> str:
+    """The URL without its password, for the logs."""
+    parts = urlsplit(redis_url)
+    if parts.password is None:
+        return redis_url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

@@ -6,6 +6,8 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from datetime import time as dtime
 from pathlib import Path
 
 import httpx
@@ -197,10 +199,26 @@ def test_admin_api_validates_new_keys(deployment: Deployment) -> None:
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "rpm"
         assert admin.post("/admin/keys", json={"name": "y", "expires": "yesterday"}).status_code == 400
         # Limits beyond what the ledger's columns hold are refused, not a server error.
-        for field, value in (("tpm", 2**31), ("budget_tokens", 2**63)):
+        for field, value in (("tpm", 2**31), ("budget_tokens", 2**63), ("budget_cost", "1" * 13)):
             too_big = admin.post("/admin/keys", json={"name": "z", field: value})
             assert too_big.status_code == 400 and too_big.json()["error"]["param"] == field
+        for field, value in (("budget_cost", -1), ("budget_cost", "0.0000001"), ("budget_period", "yearly")):
+            bad = admin.post("/admin/keys", json={"name": "w", field: value})
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == field, bad.text
         assert admin.delete("/admin/keys/no-such-key").status_code == 404
+
+
+def test_the_cli_makes_a_periodic_money_budget_and_lists_its_spend_and_reset(deployment: Deployment) -> None:
+    cli("keys", "create", "--name", "weekly", "--budget-cost", "2.5", "--budget-period", "weekly", url=deployment.url)
+    listed = json.loads(cli("keys", "list", "--json", url=deployment.url).stdout)
+    weekly = next(k for k in listed if k["name"] == "weekly")
+    assert (weekly["budget_cost"], weekly["cost_used"], weekly["budget_period"]) == ("2.500000", "0.000000", "weekly")
+    resets = datetime.fromisoformat(weekly["resets_at"].rstrip("Z"))
+    assert resets.weekday() == 0 and resets.time() == dtime(0) and 0 < (resets - datetime.utcnow()).days < 7
+    table = cli("keys", "list", url=deployment.url).stdout
+    assert "weekly" in table and "2.500000" in table
+    refused = cli("keys", "create", "--name", "neg", "--budget-cost", "-3", url=deployment.url, check=False)
+    assert refused.returncode != 0 and "budget_cost" in refused.stderr + refused.stdout
 
 
 def test_rotation_replaces_the_secret(deployment: Deployment) -> None:

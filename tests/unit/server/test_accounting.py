@@ -148,14 +148,15 @@ def test_settlement_happens_once_even_when_a_batch_is_written_twice(url: str) ->
 def test_a_batch_line_run_again_is_charged_once_for_its_latest_run(url: str) -> None:
     async def scenario() -> None:
         engine, store, limiter = await opened(url)
-        _record, secret = await store.create(KeySpec(name="l", budget_tokens=1000))
+        _record, secret = await store.create(KeySpec(name="l", budget_tokens=1000, budget_cost=10_000))
         principal = await store.principal(hash_secret(secret))
 
         async def run_of_the_line(started_at: float, completion_tokens: int) -> Call:
             call = Call(request_id="batch_b-3", endpoint="chat.completions", model="m", key_id=principal.key_id)
             call.batch_id, call.started_at, call.ended = "batch_b", started_at, call.started + 1
-            call.reservation = await limiter.admit(principal, Charge(50))
+            call.reservation = await limiter.admit(principal, Charge(50, 500))
             call.usage = Usage(prompt_tokens=5, completion_tokens=completion_tokens)
+            call.cost = 10 * call.usage.total_tokens  # what the ledger charges the key's money budget
             return call
 
         async def line_rows() -> list[int]:
@@ -166,16 +167,16 @@ def test_a_batch_line_run_again_is_charged_once_for_its_latest_run(url: str) -> 
         now = time.time()
         cut, oldest, answered = [entry_for(await run_of_the_line(now + t, n)) for t, n in ((0, 2), (-60, 4), (10, 9))]
         assert await write_batch(engine, [cut]) == 1  # a run cut by a shutdown: charged what it used
-        assert await limiter.budget_state(principal.key_id) == BudgetState(7, 100)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(7, 100, 70, 1000)
         assert await write_batch(engine, [answered]) == 1  # the line's next run replaces it
         assert await line_rows() == [9]
-        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 50)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 50, 140, 500)
         await write_batch(engine, [cut])  # a retried write of the replaced row brings nothing back
         assert await line_rows() == [9]
-        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 50)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 50, 140, 500)
         assert await write_batch(engine, [oldest]) == 1  # an older run replayed late loses to the latest
         assert await line_rows() == [9]
-        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 0)
+        assert await limiter.budget_state(principal.key_id) == BudgetState(14, 0, 140, 0)
         await engine.dispose()
 
     run(scenario())

@@ -1,6 +1,7 @@
 """`/admin/usage/series` and the `/console/usage` page, against ledger rows written by real requests.
 
-The series are checked on SQLite and on PostgreSQL; the page in headless Chromium on SQLite.
+The series are checked on SQLite and on PostgreSQL; the page in headless Chromium on SQLite. The model is
+priced, so the page's costs can be checked against the cost each ledger row was charged.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+import yaml
 from accounting_support import FAST_CACHE, cli, ledger_rows, postgres_database, sqlite_url
 from observing import eventually
 from playwright.sync_api import Browser, Page
@@ -34,6 +37,8 @@ KEYS: dict[str, dict[str, Any]] = {
     "plain": {},
 }
 TRAFFIC = {"alpha": 3, "beta": 2, "tiny": 1}
+CURRENCY = "EUR"
+PRICING = {"input": "2.5", "cached_input": "1.25", "output": "10"}  # per million tokens
 PAGE_TIMEOUT_MS = 30_000
 
 
@@ -79,8 +84,15 @@ def _create_key(server: Server, name: str, spec: dict[str, Any]) -> str:
     return response.json()["key"]
 
 
+def _priced_config(tmp: Path) -> Path:
+    path = tmp / "priced.yaml"
+    path.write_text(yaml.safe_dump({"currency": CURRENCY, "models": [{"id": DEFAULT_MODEL, "pricing": PRICING}]}))
+    return path
+
+
 def _deploy(tmp: Path, url: str) -> Iterator[Deployment]:
-    server = start_server(tmp, "--database-url", url, env={**FAST_CACHE, "TOKENRELAY_ADMIN_KEY": ADMIN_ENV_KEY})
+    env = {**FAST_CACHE, "TOKENRELAY_ADMIN_KEY": ADMIN_ENV_KEY}
+    server = start_server(tmp, "--config", str(_priced_config(tmp)), "--database-url", url, env=env)
     try:
         keys = {name: _create_key(server, name, spec) for name, spec in KEYS.items()}
         _send_traffic(server, keys)
@@ -139,6 +151,8 @@ def _expect_figures(figures: dict[str, Any], rows: list[dict[str, Any]], index: 
     for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
         assert at(figures[name]) == sum(r[name] for r in rows), name
     assert at(figures["failed"]) == sum(r["status"] >= 400 for r in rows)
+    assert at(figures["cost_micros"]) == sum(r["cost"] for r in rows)
+    assert at(figures["unpriced_requests"]) == sum(not r["priced"] for r in rows)
     answered = [r for r in rows if r["status"] < 400]
     for p in (50, 95, 99):
         assert at(figures["latency_ms"][f"p{p}"]) == _nearest_rank([r["latency_ms"] for r in answered], p)
@@ -160,6 +174,11 @@ def _tokens(rows: list[dict[str, Any]]) -> int:
     return sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows)
 
 
+def _cost(rows: list[dict[str, Any]]) -> Decimal:
+    """What the rows were charged, in units of the currency (exact)."""
+    return Decimal(sum(r["cost"] for r in rows)).scaleb(-6)
+
+
 def _rows_of(deployment: Deployment, key: str) -> list[dict[str, Any]]:
     return [r for r in deployment.rows if r["key_name"] == key]
 
@@ -169,6 +188,7 @@ def test_series_by_key_per_hour_match_the_ledger(deployment: Deployment) -> None
     series = deployment.series(by="key")
     since = _instant(series["since"])
     assert (series["object"], series["bucket"], series["by"]) == ("usage_series", "hour", "key")
+    assert series["currency"] == CURRENCY
     assert len(series["buckets"]) == 24 and series["buckets"][0] == series["since"]
     assert _instant(series["until"]) - since == timedelta(hours=24)
     assert since <= min(map(_started, deployment.rows)) and max(map(_started, deployment.rows)) < _instant(
@@ -273,7 +293,15 @@ class UsageTab:
         return dict(found)
 
     def cell(self, key: str, column: str) -> Any:
-        return self.page.eval_on_selector(f"#keys tr[data-key={key}] td.{column}", "td => td.textContent.trim()")
+        return self.text(f"#keys tr[data-key={key}] td.{column}")
+
+    def text(self, selector: str) -> Any:
+        return self.page.eval_on_selector(selector, "e => e.textContent.trim()")
+
+    def column(self, table: str, column: str) -> dict[str, str]:
+        """A column of the totals by model or by day, per row."""
+        script = f"rows => rows.map(r => [r.dataset.group, r.querySelector('td.{column}').textContent])"
+        return dict(self.page.eval_on_selector_all(f"#{table} tbody tr", script))
 
 
 @pytest.fixture
@@ -327,6 +355,7 @@ def test_usage_page_charts_the_ledger_and_lists_budgets(tab: UsageTab, tmp_path:
     for key, requests in TRAFFIC.items():
         assert tab.cell(key, "requests") == str(requests)
     assert tab.cell("ops", "state") == "active · admin" and tab.cell("plain", "requests") == "0"
+    _expect_costs(tab)
 
     tab.page.select_option("#by", "model")
     tab.page.wait_for_function(
@@ -339,6 +368,29 @@ def test_usage_page_charts_the_ledger_and_lists_budgets(tab: UsageTab, tmp_path:
 
     assert all(url.startswith(deployment.server.base_url) or url.startswith("data:") for url in tab.urls)
     assert not tab.errors
+
+
+def _expect_costs(tab: UsageTab) -> None:
+    """Cost beside tokens: the tile, the cost chart, and the cost columns of the keys, models and days."""
+    rows = tab.deployment.rows
+    cost = {key: _cost(_rows_of(tab.deployment, key)) for key in TRAFFIC}
+    assert cost["alpha"] > 0 and cost["beta"] > 0 and cost["tiny"] == 0  # a refusal is charged nothing
+    assert tab.text("figure:has(#chart-cost) figcaption") == f"Cost ({CURRENCY})"
+    drawn = {k: sum(v) for k, v in tab.drawn("cost", "rect.bar").items()}
+    assert drawn == pytest.approx({k: float(c) for k, c in cost.items() if c})
+    tile = tab.page.inner_text("[data-tile=Cost] .value").split()
+    assert (Decimal(tile[0]), tile[1]) == (_cost(rows), CURRENCY)
+    assert tab.page.inner_text("[data-tile=Cost] .detail") == "every request priced"
+    for key, charged in cost.items():
+        assert Decimal(tab.cell(key, "cost")) == charged, key
+    assert tab.cell("plain", "cost") == "0.00"
+
+    assert {m: Decimal(c) for m, c in tab.column("models", "cost").items()} == {DEFAULT_MODEL: _cost(rows)}
+    assert tab.column("models", "tokens") == {DEFAULT_MODEL: str(_tokens(rows))}
+    assert tab.column("models", "unpriced") == {DEFAULT_MODEL: "0"}
+    days = {day: Decimal(c) for day, c in tab.column("days", "cost").items()}
+    assert set(days) == {str(_started(r).date()) for r in rows} and sum(days.values()) == _cost(rows)
+    assert sum(int(n) for n in tab.column("days", "requests").values()) == len(rows)
 
 
 def test_a_keyless_server_on_loopback_opens_its_usage_reads_until_the_first_key(tmp_path: Path) -> None:

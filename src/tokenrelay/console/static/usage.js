@@ -1,5 +1,5 @@
 // The usage page reads the admin API: /admin/usage/series (buckets over time), /admin/keys (limits and
-// budgets) and /admin/usage?by=key (each key's totals for the period), all with the tab's admin key.
+// budgets) and /admin/usage?by=key|model|day (totals and costs for the period), all with the tab's admin key.
 import { lines, stackedColumns } from "./charts.js";
 import { errorText, KeyPrompt } from "./keyprompt.js";
 
@@ -27,11 +27,19 @@ const PERCENTILES = {
 
 const count = new Intl.NumberFormat("en");
 const compact = new Intl.NumberFormat("en", { notation: "compact", maximumFractionDigits: 1 });
+const charted = new Intl.NumberFormat("en", { maximumSignificantDigits: 4 });
 const formats = {
   count: (v) => compact.format(v),
+  money: (v) => charted.format(v), // a chart's amounts, in units of the currency its caption names
   percent: (v) => `${Number(v.toFixed(1))}%`,
   ms: (v) => (v >= 1000 ? `${Number((v / 1000).toFixed(2))} s` : `${Math.round(v)} ms`),
 };
+
+// An exact amount as the API gives it ("1.230000"), its trailing zeros dropped down to cents ("1.23"): the
+// figure is shown as charged, never rounded through a float.
+function amount(cost) {
+  return cost.replace(/(\.\d\d\d*?)0+$/, "$1");
+}
 
 // ---- Loading ----------------------------------------------------------------------------------
 
@@ -54,12 +62,16 @@ async function load() {
   const mine = ++latest;
   $("dashboard").dataset.state = "loading";
   try {
-    const series = await getJson(seriesPath()); // asks for the key first, so the next two need not
-    const [keyList, perKey] = await Promise.all([
+    const series = await getJson(seriesPath()); // asks for the key first, so the next ones need not
+    const totals = (by) => getJson(`/admin/usage?${new URLSearchParams({ by, since: series.since })}`);
+    const [keyList, perKey, perModel, perDay] = await Promise.all([
       getJson("/admin/keys"),
-      getJson(`/admin/usage?${new URLSearchParams({ by: "key", since: series.since })}`),
+      totals("key"),
+      totals("model"),
+      totals("day"),
     ]);
-    if (mine === latest) show({ series, keys: keyList.data, perKey: perKey.groups });
+    const data = { series, keys: keyList.data, perKey: perKey.groups, perModel: perModel.groups, perDay: perDay.groups };
+    if (mine === latest) show(data);
   } catch (error) {
     if (mine === latest) show(null, error.message);
   }
@@ -73,22 +85,31 @@ function show(data, problem = null) {
     for (const svg of document.querySelectorAll(".chart svg")) svg.replaceChildren();
     for (const legend of document.querySelectorAll(".series-legend")) legend.replaceChildren();
     $("tiles").replaceChildren();
-    $("keys").tBodies[0].replaceChildren();
+    for (const table of document.querySelectorAll(".listing table")) table.tBodies[0].replaceChildren();
     return;
   }
-  tiles(data.series.total.summary);
+  const currency = data.series.currency;
+  for (const label of document.querySelectorAll(".currency")) label.textContent = `(${currency})`;
+  tiles(data.series.total.summary, currency);
   charts(data.series);
   keyTable(data.keys, data.perKey);
+  totalsTable("models", data.perModel, (group) => group.model);
+  totalsTable("days", data.perDay, (group) => group.day);
 }
 
 // ---- Totals and charts ------------------------------------------------------------------------
 
-function tiles(summary) {
+function unpricedNote(unpriced) {
+  return unpriced ? `${count.format(unpriced)} unpriced (cost 0)` : "every request priced";
+}
+
+function tiles(summary, currency) {
   const errorRate = summary.requests ? (100 * summary.failed) / summary.requests : 0;
   const ms = (value) => (value === null ? "–" : formats.ms(value));
   const entries = [
     ["Requests", count.format(summary.requests)],
     ["Tokens", count.format(summary.total_tokens), `${count.format(summary.prompt_tokens)} prompt · ${count.format(summary.completion_tokens)} completion`],
+    ["Cost", `${amount(summary.cost)} ${currency}`, unpricedNote(summary.unpriced_requests)],
     ["Error rate", formats.percent(errorRate), `${count.format(summary.failed)} failed`],
     ["Latency p50 / p95 / p99", ["p50", "p95", "p99"].map((p) => ms(summary.latency_ms[p])).join(" / ")],
     ["First token p50", ms(summary.ttft_ms.p50)],
@@ -161,11 +182,13 @@ function charts(data) {
 
   const tokens = pick((e) => e.prompt_tokens.map((p, i) => p + e.completion_tokens[i]));
   stackedColumns($("chart-tokens"), { labels, series: tokens, format: formats.count });
+  const cost = pick((e) => e.cost_micros.map((micros) => micros / 1e6));
+  stackedColumns($("chart-cost"), { labels, series: cost, format: formats.money, empty: "No cost in this period" });
   const requests = pick((e) => e.requests);
   stackedColumns($("chart-requests"), { labels, series: requests, format: formats.count });
   const errors = pick((e) => e.requests.map((n, i) => (n ? (100 * e.failed[i]) / n : null)));
   lines($("chart-errors"), { labels, series: errors, format: formats.percent });
-  for (const id of ["chart-tokens", "chart-requests", "chart-errors"]) legend(id, tokens);
+  for (const id of ["chart-tokens", "chart-cost", "chart-requests", "chart-errors"]) legend(id, tokens);
 
   const latency = Object.entries(PERCENTILES).map(([p, look]) => ({ name: p, ...look, values: data.total.latency_ms[p] }));
   lines($("chart-latency"), { labels, series: latency, format: formats.ms, empty: "No answered requests in this period" });
@@ -205,14 +228,23 @@ function budgetLeft(key) {
   return cell;
 }
 
-function noKeysRow() {
+// A row saying a table is empty, across all its columns.
+function noneRow(tableId, text) {
   const row = document.createElement("tr");
   const cell = document.createElement("td");
-  cell.colSpan = $("keys").tHead.rows[0].cells.length;
+  cell.colSpan = $(tableId).tHead.rows[0].cells.length;
   cell.className = "none";
-  cell.textContent = "No API keys yet: create one with `tokenrelay keys create` or POST /admin/keys.";
+  cell.textContent = text;
   row.append(cell);
   return row;
+}
+
+// A cell from [text, class names].
+function cellOf([text, className]) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
 }
 
 function keyTable(keyList, perKey) {
@@ -232,22 +264,35 @@ function keyTable(keyList, perKey) {
       null, // budget left, with its bar
       [count.format(used?.requests ?? 0), "num requests"],
       [count.format(used?.total_tokens ?? 0), "num tokens"],
+      [amount(used?.cost ?? "0.00"), "num cost"],
       [key.last_used_at ? key.last_used_at.replace("T", " ").replace("Z", " UTC") : "never"],
       [keyState(key, now), "state"],
     ];
-    row.append(
-      ...cells.map((cell) => {
-        if (cell === null) return budgetLeft(key);
-        const td = document.createElement("td");
-        td.textContent = cell[0];
-        if (cell[1]) td.className = cell[1];
-        return td;
-      }),
-    );
+    row.append(...cells.map((cell) => (cell === null ? budgetLeft(key) : cellOf(cell))));
     return row;
   });
-  if (!rows.length) rows.push(noKeysRow());
+  if (!rows.length) rows.push(noneRow("keys", "No API keys yet: create one with `tokenrelay keys create` or POST /admin/keys."));
   $("keys").tBodies[0].replaceChildren(...rows);
+}
+
+// ---- Totals by model and by day -------------------------------------------------------------------
+
+function totalsTable(tableId, groups, labelOf) {
+  const rows = groups.map((group) => {
+    const row = document.createElement("tr");
+    row.dataset.group = labelOf(group);
+    const cells = [
+      [labelOf(group), "name"],
+      [count.format(group.requests), "num requests"],
+      [count.format(group.total_tokens), "num tokens"],
+      [amount(group.cost), "num cost"],
+      [count.format(group.unpriced_requests), "num unpriced"],
+    ];
+    row.append(...cells.map(cellOf));
+    return row;
+  });
+  if (!rows.length) rows.push(noneRow(tableId, "No requests in this period."));
+  $(tableId).tBodies[0].replaceChildren(...rows);
 }
 
 // ---- Wiring -------------------------------------------------------------------------------------

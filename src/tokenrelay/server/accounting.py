@@ -130,12 +130,12 @@ class Accounting:
             return
         pricing = self.prices.prices(call.served_model or call.model, call.node)
         call.priced, call.cost = pricing is not None, cost_micros(pricing, call.usage)
-        if call.reservation is not None:
-            self.limiter.give_back_rates(call.reservation, call.usage.prompt_tokens + call.usage.completion_tokens)
         self.ledger.record(call)
         self.in_flight -= 1
         if self.in_flight == 0:
             self._idle.set()
+        if call.reservation is not None:
+            self.limiter.give_back_rates(call.reservation, call.usage.prompt_tokens + call.usage.completion_tokens)
 
     # Shutdown ------------------------------------------------------------------------------------
     async def drain(self, timeout: float) -> None:

@@ -5,7 +5,6 @@ keeps is the gateway's to guard."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +13,7 @@ import anthropic
 import openai
 import pytest
 import yaml
-from accounting_support import create_key, ledger_rows, sqlite_url
+from accounting_support import create_key, ledger_row, sqlite_url
 from servers import Server, start_server, wait_ready
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -59,16 +58,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             server.stop()
 
 
-def ledger_row(pair: Pair, request_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        rows = [r for r in ledger_rows(pair.database) if r["request_id"] == request_id]
-        if rows:
-            return rows[0]
-        time.sleep(0.1)
-    raise AssertionError(f"no ledger row for {request_id}")
-
-
 def response_body(**extra: Any) -> dict[str, Any]:
     return {
         "input": "Say hello to Ada.",
@@ -92,7 +81,7 @@ def test_a_response_is_the_nodes_own(pair: Pair) -> None:
     assert relayed.model == direct.model == CHAT_MODEL  # the node's answer, as the node wrote it
     assert relayed.usage is not None and direct.usage is not None
     assert counts(relayed.usage) == counts(direct.usage)
-    row = ledger_row(pair, raw.headers["x-request-id"])
+    row = ledger_row(pair.database, raw.headers["x-request-id"])
     assert (row["endpoint"], row["model"], row["status"], row["streamed"]) == ("responses", MODEL, 200, False)
     assert (row["prompt_tokens"], row["completion_tokens"]) == (relayed.usage.input_tokens, relayed.usage.output_tokens)
     assert not row["usage_estimated"]
@@ -174,7 +163,7 @@ def test_a_message_is_the_nodes_own(pair: Pair) -> None:
     direct = pair.anthropic(pair.node).messages.create(model=CHAT_MODEL, **body)
     assert relayed.content and relayed.content == direct.content
     assert (relayed.stop_reason, message_counts(relayed.usage)) == (direct.stop_reason, message_counts(direct.usage))
-    row = ledger_row(pair, raw.headers["x-request-id"])
+    row = ledger_row(pair.database, raw.headers["x-request-id"])
     assert (row["endpoint"], row["model"], row["status"]) == ("messages", MODEL, 200)
     usage = relayed.usage
     prompt = usage.input_tokens + (usage.cache_read_input_tokens or 0)

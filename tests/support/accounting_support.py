@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,6 +78,17 @@ def query(url: str, sql: str, **params: Any) -> list[dict[str, Any]]:
 
 def ledger_rows(url: str) -> list[dict[str, Any]]:
     return query(url, "SELECT * FROM usage ORDER BY started_at")
+
+
+def ledger_row(url: str, request_id: str, timeout: float = 10) -> dict[str, Any]:
+    """The ledger's row of one request, once the server has written it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = query(url, "SELECT * FROM usage WHERE request_id = :id", id=request_id)
+        if rows:
+            return rows[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no ledger row for {request_id}")
 
 
 def counters(url: str, key_name: str) -> dict[str, Any]:

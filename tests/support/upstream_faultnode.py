@@ -1,4 +1,5 @@
-"""A scripted OpenAI-compatible node on loopback: answers with a chosen error status, or a short reply."""
+"""A scripted OpenAI-compatible node on loopback: answers with a chosen error status, or a short reply, or a
+stream cut off after its first chunk."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class FaultNode(NodeServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.status = 200
+        self.cut = False  # streams lose their connection after the first chunk
         self.generations = 0  # POSTs received
 
     @property
@@ -39,6 +41,8 @@ class _Handler(BaseHTTPRequestHandler):
         if status != 200:
             error = {"error": {"message": f"scripted {status}", "type": "server_error"}}
             self._send(status, "application/json", json.dumps(error).encode())
+        elif body.get("stream") and self.server.cut:
+            self._cut()
         elif body.get("stream"):
             chunk = {"choices": [{"index": 0, "delta": {"content": "from fault node"}, "finish_reason": "stop"}]}
             usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}
@@ -48,6 +52,19 @@ class _Handler(BaseHTTPRequestHandler):
             message = {"role": "assistant", "content": "from fault node"}
             reply = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
             self._send(200, "application/json", json.dumps(reply).encode())
+
+    def _cut(self) -> None:
+        """One chunk of a chunked body, then the connection closes without the body's last chunk: an answer
+        broken off, where a body that simply ended would be one that was over."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = {"choices": [{"index": 0, "delta": {"content": "half"}, "finish_reason": None}]}
+        frame = f"data: {json.dumps(chunk)}\n\n".encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+        self.wfile.flush()
+        self.close_connection = True
 
     def _send(self, status: int, content_type: str, data: bytes) -> None:
         reply(self, status, content_type, data)

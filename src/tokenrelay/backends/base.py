@@ -103,7 +103,7 @@ class DeltaFields:
 class Served:
     """Who answered: yielded once, just before the first content event, by backends that choose among members."""
 
-    node: str
+    node: str | None  # None: a model's engine alone (a fallback on its engine names no member)
     kind: str
     model: str | None = None  # the fallback model that served, when not the model asked for
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from tokenrelay import __version__
 from tokenrelay.cli.keys import add_keys_commands, run_keys
+from tokenrelay.cli.problems import problem_lines
 from tokenrelay.cli.usage import add_usage_command, run_usage
 from tokenrelay.config import Settings, load_settings
 from tokenrelay.errors import APIError
@@ -181,25 +182,23 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return serve(args)
         except ValidationError as exc:
-            print(f"tokenrelay: invalid settings:\n{exc}", file=sys.stderr)
-            return 2
+            return invalid_settings(exc)
     try:
         settings = settings_for(args)
     except ValidationError as exc:
-        print(f"tokenrelay: invalid settings:\n{exc}", file=sys.stderr)
-        return 2
+        return invalid_settings(exc)
     configure_logging("warning")
     try:
         return run_keys(args, settings) if args.command == "keys" else run_usage(args, settings)
     except ValidationError as exc:
-        print(f"tokenrelay {args.command}: {_first_problem(exc)}", file=sys.stderr)
+        print(f"tokenrelay {args.command}: {problem_lines(exc)[0]}", file=sys.stderr)
         return 2
     except APIError as exc:
         print(f"tokenrelay {args.command}: {exc.message}", file=sys.stderr)
         return 1
 
 
-def _first_problem(exc: ValidationError) -> str:
-    first = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+def invalid_settings(exc: ValidationError) -> int:
+    for line in problem_lines(exc):
+        print(f"tokenrelay: invalid settings: {line}", file=sys.stderr)
+    return 2

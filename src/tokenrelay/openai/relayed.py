@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tokenrelay.backends.base import Backend, Events, NodeStored, Raw, Served
+from tokenrelay.backends.fallback import FallbackBackend
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
@@ -29,9 +30,13 @@ from tokenrelay.openai.sse import RawFraming
 Keep = Callable[[str, str], Awaitable[None]]
 
 
+# What relays natively: a model's nodes, or a call's model with fallbacks (which relay the same way: `fallback.py`).
+Relaying = RoutedBackend | FallbackBackend
+
+
 def relays(backend: Backend, api: NativeApi) -> bool:
     """Whether `backend`'s requests to `api` go to its nodes as sent (every member declares the API)."""
-    return isinstance(backend, RoutedBackend) and backend.relays(api)
+    return isinstance(backend, Relaying) and backend.relays(api)
 
 
 async def relayed_response(
@@ -44,7 +49,7 @@ async def relayed_response(
 ) -> Response:
     """The node's answer to the admitted `native` request; `error_body` writes a failure after the first byte
     as the API's `error` event; `keep` remembers what the node keeps, before the bytes that name it go out."""
-    if not isinstance(backend, RoutedBackend):  # the model's nodes went while it was admitted
+    if not isinstance(backend, Relaying):  # the model's nodes went while it was admitted
         raise Overloaded("No upstream node is available for this model right now; retry later.")
     events = observed(backend.relay(native, call.request_id), call)
 
@@ -63,7 +68,7 @@ async def raw_pieces(batches: AsyncIterator[Events], keep: Keep | None = None) -
         async for events in batches:
             for event in events:
                 if isinstance(event, Served):
-                    node = event.node
+                    node = event.node or ""  # a relay's answer always comes from a node
                 elif isinstance(event, NodeStored) and keep is not None:
                     await keep(event.id, node)
             pieces = [event.data for event in events if isinstance(event, Raw)]

@@ -135,20 +135,22 @@ async def collect(batches: AsyncIterator[Events]) -> Collected:
 
 
 async def chunk_batches(
-    batches: AsyncIterator[Events], render: Callable[[Event], list[Chunk]], opening: list[Chunk]
+    batches: AsyncIterator[Events], render: Callable[[Event], list[Chunk]], opening: Callable[[], list[Chunk]]
 ) -> AsyncIterator[list[Chunk]]:
     """The chunks of each batch that shows in the stream, batch by batch; closing this closes `batches`.
 
-    `opening` (chat's role chunks) goes out with the first chunks of content, not before, so that a request
-    the backend rejects (context too long, unsupported field) still gets a plain HTTP error."""
+    `opening()` (chat's role chunks) goes out with the first chunks of content, not before, so that a request
+    the backend rejects (context too long, unsupported field) still gets a plain HTTP error; it is made then
+    too, once the first batch has said which model serves (a fallback's chunks name it)."""
+    opened = False
     try:
         async for events in batches:
             chunks = [chunk for event in events for chunk in render(event)]
             if chunks:
-                if opening:
-                    chunks, opening = opening + chunks, []
+                if not opened:
+                    chunks, opened = opening() + chunks, True
                 yield chunks
-        if opening:
-            yield opening  # the backend produced nothing to show
+        if not opened and (first := opening()):
+            yield first  # the backend produced nothing to show
     finally:
         await aclose_quietly(batches)

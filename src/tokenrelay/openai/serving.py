@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from tokenrelay.backends.base import Backend, Events, Ticket
+from tokenrelay.backends.fallback import Candidate, naming
 from tokenrelay.calls.record import Call, ClientGone, observed, record_failure
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.jsonbytes import dumps
@@ -43,6 +44,8 @@ class Endpoint(Protocol):
 
 # What a generation can answer with besides its result (the key check adds 401 and 503 in the document).
 GENERATION_ERRORS = (400, 404, 413, 429, 502, 503)
+# The model that served a call: on every answer, not only a fallback's, so clients need not tell the two apart.
+SERVED_MODEL = b"x-tokenrelay-served-model"
 
 
 async def handle(request: Request, endpoint: Endpoint) -> Response:
@@ -63,6 +66,7 @@ async def run_call(request: Request, endpoint_name: str, work: CallWork) -> Resp
     end = functools.partial(services.end_call, call)
     try:
         response = await work(request, call, services)
+        response.raw_headers.append((SERVED_MODEL, (call.served_model or call.model).encode()))
     except ClientGone as exc:
         record_failure(call, exc)
         response = Response(status_code=499)  # nobody is listening; this only ends the ASGI exchange cleanly
@@ -109,12 +113,17 @@ async def _generate(endpoint: Endpoint, request: Request, call: Call, services: 
         include_usage=body.include_usage,
         **endpoint.meta_extra(body),
     )
+    naming(backend, functools.partial(_served_by, meta))
     events = observed(endpoint.events(backend, body, call.ticket), call)
 
     async def whole() -> dict[str, Any]:
         return endpoint.body(body, meta, await collect(events))
 
     return await stream_or_collect(request, bool(body.stream), lambda: endpoint.chunks(body, meta, events), whole)
+
+
+def _served_by(meta: ResponseMeta, served: Candidate) -> None:
+    meta.model, meta.system_fingerprint = served.model, served.backend.fingerprint()
 
 
 async def stream_or_collect(

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from tokenrelay.auth.principal import Principal
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
+from tokenrelay.backends.fallback import FallbackBackend, Fallbacks
 from tokenrelay.backends.llamacpp.default_model import DEFAULT_MODELS
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
 from tokenrelay.backends.registry import Registry
@@ -62,12 +63,14 @@ class Services:
     files: FileStore = field(init=False)  # the Batch API's files
     batches: BatchStore = field(init=False)
     batch_runner: BatchRunner = field(init=False)
+    falling_back: frozenset[str] = field(init=False)  # the models with fallbacks
 
     def __post_init__(self) -> None:
         several = self.settings.workers > 1
         self.worker = os.getpid() if several else None
         self.metrics = Metrics(self.backend_statuses, self.batch_progress, shared_metrics_dir() if several else None)
         self.prices = PriceBook(self.settings.served_models(), self._nodes_of)
+        self.falling_back = frozenset(m.id for m in self.settings.served_models() if m.fallbacks or m.context_fallbacks)
         self.accounting = Accounting(self.settings, self.prices, None if self.tracing is None else self.tracing.tracer)
         self.responses = ResponseStore(self.accounting.engine, self.settings.responses)
         self.files = FileStore(self.accounting.engine)
@@ -215,9 +218,18 @@ class Services:
             return backend
 
     async def _admit(self, call: Call, body: Admitted) -> Backend:
-        backend = await self.backend(body.model)
+        backend = self._with_fallbacks(call, body.model, await self.backend(body.model))
         call.reservation = await self.accounting.admit(call, body, backend)
         return backend
+
+    def _with_fallbacks(self, call: Call, model_id: str, backend: Backend) -> Backend:
+        """`backend`, or for a model with fallbacks this call's wrapper of it, which may pass the request on to
+        those of its fallbacks the caller's key may use."""
+        if model_id not in self.falling_back:
+            return backend
+        principal = call.principal
+        may_use = principal.may_use if principal is not None else _anything
+        return FallbackBackend(model_id, backend, Fallbacks(self.model_settings, self.registry.find, may_use))
 
     async def backend(self, model_id: str) -> Backend:
         """The backend serving `model_id`; an id this process does not know is first looked up among the
@@ -254,6 +266,10 @@ class Services:
 
     def backend_statuses(self) -> list[tuple[str, dict[str, Any]]]:
         return [(b.card.id, b.status()) for b in self.registry.all()]
+
+
+def _anything(model_id: str) -> bool:
+    return True
 
 
 def public_status(status: dict[str, Any]) -> dict[str, Any]:

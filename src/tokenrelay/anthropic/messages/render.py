@@ -26,10 +26,10 @@ STOP_REASONS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageMeta:
     id: str
-    model: str
+    model: str  # the model asked for, or the fallback that serves once one does
 
 
 def stop_reason(finish: str | None, stop_sequence: str | None, called: bool) -> str:
@@ -169,7 +169,7 @@ class MessageStreamer:
 
         `message_start` goes out with the first content, so that a request the backend rejects before any
         (context too long, a full queue) still gets a plain HTTP error."""
-        async with aclosing(chunk_batches(batches, self.event, self.opening())) as shown:
+        async with aclosing(chunk_batches(batches, self.event, self.opening)) as shown:
             async for chunks in shown:
                 yield chunks
         yield self.closing()

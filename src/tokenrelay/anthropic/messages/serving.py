@@ -20,6 +20,7 @@ from tokenrelay.anthropic.messages.errors import error_body, invalid_body
 from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
 from tokenrelay.anthropic.messages.render import MessageMeta, MessageStreamer, message_body
 from tokenrelay.anthropic.messages.translate import to_chat
+from tokenrelay.backends.fallback import Candidate, naming
 from tokenrelay.backends.upstream.native import ANTHROPIC_HEADERS, NativeRequest
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.calls.request_ids import request_id_of
@@ -53,6 +54,7 @@ async def _create(request: Request, call: Call, services: CallServices) -> Respo
         return await relayed_response(request, call, backend, native, error_body)
     call.backend = backend.kind
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
+    naming(backend, functools.partial(_served_by, meta))
     events = observed(backend.chat(chat, call.ticket), call)
 
     async def whole() -> dict[str, Any]:
@@ -60,6 +62,10 @@ async def _create(request: Request, call: Call, services: CallServices) -> Respo
 
     chunks = functools.partial(MessageStreamer(meta).chunks, events)
     return await stream_or_collect(request, bool(body.stream), chunks, whole, NamedFraming(error_body))
+
+
+def _served_by(meta: MessageMeta, served: Candidate) -> None:
+    meta.model = served.model
 
 
 async def count_tokens(request: Request) -> Response:

@@ -69,6 +69,12 @@ class RequestMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.fallbacks = Counter(
+            "tokenrelay_fallbacks",
+            "Requests a fallback model served, by the model asked for and the model that served.",
+            ["model", "served_model"],
+            registry=registry,
+        )
         self.tokens = {
             kind: Counter(f"tokenrelay_{kind}_tokens", text, ["model", "key"], registry=registry)
             for kind, text in TOKEN_HELP.items()
@@ -88,6 +94,8 @@ class RequestMetrics:
             if call.token_gaps:
                 self._observe(self._child(self.gap, model, call.endpoint), call.token_gaps)
             self._count_tokens(call, model, key)
+        if call.served_model is not None:  # a configured model id, as `model` is: bounded label values
+            self._count(self._child(self.fallbacks, model, call.served_model), 1)
         self._applied_soon()
 
     def _count_tokens(self, call: Call, model: str, key: str) -> None:

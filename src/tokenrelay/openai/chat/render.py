@@ -130,4 +130,4 @@ class ChatChunker:
         return {"tool_calls": [call]}
 
     def chunks(self, batches: AsyncIterator[Events]) -> AsyncIterator[list[Chunk]]:
-        return chunk_batches(batches, self.event, self.opening())
+        return chunk_batches(batches, self.event, self.opening)

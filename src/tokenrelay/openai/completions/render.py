@@ -70,4 +70,4 @@ class CompletionChunker:
         return self.chunk([{"index": index, "text": text, "logprobs": content, "finish_reason": None}])
 
     def chunks(self, batches: AsyncIterator[Events]) -> AsyncIterator[list[Chunk]]:
-        return chunk_batches(batches, self.event, [])
+        return chunk_batches(batches, self.event, list)  # no opening chunks

@@ -34,7 +34,7 @@ async def respond(request: Request, call: Call, services: CallServices) -> Respo
     vectors = result.vectors
     if body.dimensions is not None:
         vectors = [render.truncated(vector, body.dimensions) for vector in vectors]
-    answer = render.body(body.model, vectors, result.prompt_tokens, body.base64)
+    answer = render.body(call.served_model or body.model, vectors, result.prompt_tokens, body.base64)
     return JSONBody(answer)
 
 

@@ -16,13 +16,18 @@ Item = dict[str, Any]
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResponseHead:
     """What a response is from its start: its id, its time and the request it answers."""
 
     id: str
     created_at: int
     body: ResponsesRequest
+    served_model: str | None = None  # the fallback that serves, once one does
+
+    @property
+    def model(self) -> str:
+        return self.served_model or self.body.model
 
 
 def usage_body(usage: Usage) -> dict[str, Any]:
@@ -66,7 +71,7 @@ def response_object(
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
         "max_tool_calls": None,
-        "model": body.model,
+        "model": head.model,
         "output": output,
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tokenrelay.backends.base import Backend, Events, Ticket
+from tokenrelay.backends.fallback import Candidate, naming, started
 from tokenrelay.backends.upstream.native import NativeRequest
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
@@ -68,6 +69,7 @@ async def _respond(request: Request, call: Call, services: CallServices) -> Resp
     backend = await services.admit(call, chat)
     call.backend = backend.kind
     head = ResponseHead(new_id("resp"), int(time.time()), body)
+    naming(backend, functools.partial(_served_by, head))
     save = functools.partial(_save, store, body, call.key_id, items, context)
     events = observed(fitted(backend, body, conversation, chat, call.ticket), call)
     if body.stream:
@@ -88,7 +90,7 @@ async def _relay(request: Request, call: Call, services: CallServices, body: Res
     chat = translate.chat_request(body, translate.Conversation([], translate.input_items(body)))
     backend = await services.admit(call, chat)
     native = NativeRequest(ENDPOINT, loads(raw), chat, node=node)
-    keep = functools.partial(_keep, store, call.key_id, body.model)
+    keep = functools.partial(_keep, store, call)
     return await relayed_response(request, call, backend, native, error_event, keep)
 
 
@@ -103,9 +105,10 @@ async def _holder(store: ResponseStore, body: ResponsesRequest, key_id: str | No
     return previous.node
 
 
-async def _keep(store: ResponseStore, key_id: str | None, model: str, response_id: str, node: str) -> None:
+async def _keep(store: ResponseStore, call: Call, response_id: str, node: str) -> None:
+    # Under the model whose node keeps it (a fallback's, when one served), where later reads of it are sent.
     try:
-        await store.put_relayed(response_id, key_id, model, node)
+        await store.put_relayed(response_id, call.key_id, call.served_model or call.model, node)
     except SQLAlchemyError:  # the answer still goes out; only later reads of it through the gateway fail
         log.exception("could not remember the node's stored response %s", response_id)
 
@@ -165,7 +168,7 @@ async def fitted(
     naming the input item it came from."""
     while True:
         try:
-            events, first = await _started(backend, chat, ticket)
+            events, first = await started(functools.partial(backend.chat, chat, ticket))
             break
         except APIError as exc:
             if exc.code != CONTEXT_FULL or body.truncation != "auto" or not conversation.drop_oldest():
@@ -179,19 +182,6 @@ async def fitted(
             yield batch
     finally:
         await aclose_quietly(events)
-
-
-async def _started(
-    backend: Backend, chat: ChatCompletionRequest, ticket: Ticket
-) -> tuple[AsyncIterator[Events], Events | None]:
-    """The backend's batches and the first of them: a request it refuses is refused by then (some checks run
-    when `chat` is called, the rest before the first event)."""
-    events = backend.chat(chat, ticket)
-    try:
-        return events, await anext(events, None)
-    except BaseException:
-        await aclose_quietly(events)
-        raise
 
 
 async def stream_payloads(
@@ -218,6 +208,10 @@ async def stream_payloads(
         await aclose_quietly(batches)
     await save(response)  # before the last event, so a client that reads it can retrieve the response at once
     yield closing
+
+
+def _served_by(head: ResponseHead, served: Candidate) -> None:
+    head.served_model = served.model
 
 
 def error_event(exc: APIError) -> Payload:

@@ -5,8 +5,11 @@ first byte does not fall back."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -16,7 +19,7 @@ import pytest
 import yaml
 from accounting_support import create_key, ledger_row, sqlite_url
 from loopback_node import LoopbackNode, loopback_node
-from servers import Server, free_port, shared_data_dir, start_server
+from servers import ROOT, Server, free_port, server_env, shared_data_dir, start_server
 from upstream_faultnode import FaultNode, fault_node
 
 from tokenrelay.backends.llamacpp.default_model import smollm2_path
@@ -186,3 +189,14 @@ def test_fallbacks_are_counted_by_model_pair(gateway: Gateway) -> None:
     assert counts['model="dead",served_model="backup"'] >= 1
     assert counts['model="limited",served_model="smollm2-135m-instruct"'] >= 1
     assert not any('served_model="breaking"' in labels or 'model="breaking"' in labels for labels in counts)
+
+
+def test_serve_refuses_a_fallback_cycle_in_one_line(tmp_path: Path) -> None:
+    node = [{"url": "http://127.0.0.1:1/v1"}]
+    models = [{"id": "a", "upstreams": node, "fallbacks": ["b"]}, {"id": "b", "upstreams": node, "fallbacks": ["a"]}]
+    config = tmp_path / "cycle.yaml"
+    config.write_text(yaml.safe_dump({"models": models}))
+    command = [sys.executable, "-m", "tokenrelay", "serve", "--config", str(config), "--data-dir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, env=server_env(), cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == "tokenrelay: invalid settings: fallbacks form a cycle: a -> b -> a\n"

@@ -20,6 +20,7 @@ def call_fields(call: Call) -> dict[str, object]:
         "key": call.key_name,
         "endpoint": call.endpoint,
         "model": call.model,
+        "served_model": call.served_model,  # a fallback's id, when one served
         "backend": call.backend or None,
         "node": call.node,
         "stream": call.streamed,

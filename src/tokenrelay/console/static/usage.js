@@ -277,17 +277,32 @@ function keyTable(keyList, perKey) {
 
 // ---- Totals by model and by day -------------------------------------------------------------------
 
+// The columns of both tables after the model or day: heading, class names, the figure shown, and whether the
+// heading names the currency.
+const TOTALS = [
+  { heading: "Requests", className: "num requests", figure: (g) => count.format(g.requests) },
+  { heading: "Tokens", className: "num tokens", figure: (g) => count.format(g.total_tokens) },
+  { heading: "Cost", className: "num cost", figure: (g) => amount(g.cost), currency: true },
+  { heading: "Unpriced requests", className: "num unpriced", figure: (g) => count.format(g.unpriced_requests) },
+];
+
+function totalsHead(table) {
+  const headings = [{ heading: table.dataset.label }, ...TOTALS].map(({ heading, className, currency }) => {
+    const th = document.createElement("th");
+    th.textContent = heading;
+    if (className) th.className = className.split(" ")[0]; // alignment only
+    if (currency) th.append(" ", Object.assign(document.createElement("span"), { className: "currency" }));
+    return th;
+  });
+  table.tHead.replaceChildren(document.createElement("tr"));
+  table.tHead.rows[0].append(...headings);
+}
+
 function totalsTable(tableId, groups, labelOf) {
   const rows = groups.map((group) => {
     const row = document.createElement("tr");
     row.dataset.group = labelOf(group);
-    const cells = [
-      [labelOf(group), "name"],
-      [count.format(group.requests), "num requests"],
-      [count.format(group.total_tokens), "num tokens"],
-      [amount(group.cost), "num cost"],
-      [count.format(group.unpriced_requests), "num unpriced"],
-    ];
+    const cells = [[labelOf(group), "name"], ...TOTALS.map(({ className, figure }) => [figure(group), className])];
     row.append(...cells.map(cellOf));
     return row;
   });
@@ -297,6 +312,7 @@ function totalsTable(tableId, groups, labelOf) {
 
 // ---- Wiring -------------------------------------------------------------------------------------
 
+for (const id of ["models", "days"]) totalsHead($(id));
 $("refresh").addEventListener("click", load);
 $("range").addEventListener("change", load);
 $("by").addEventListener("change", load);

@@ -60,6 +60,12 @@ class EngineSettings(BaseModel):
         description="llama.cpp's repacked CPU weight layouts: multi-row kernels that break batch invariance",
     )
 
+    @property
+    def step_prefill(self) -> int:
+        """Prompt tokens one step evaluates at most: `prefill_chunk`, within what the context holds beside one
+        token per slot (llama.cpp refuses a step larger than its context, which a small context can be)."""
+        return min(self.prefill_chunk, self.ctx_per_slot * self.slots - self.slots)
+
 
 _PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
 # Credentials and the rest of the URL in visible ASCII (non-ASCII is percent-encoded), spelled out as ranges: `\s`

@@ -12,7 +12,7 @@ KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
 
 
 def step_capacity(settings: EngineSettings) -> int:
-    return settings.prefill_chunk + settings.slots
+    return settings.step_prefill + settings.slots
 
 
 class LlamaContext:

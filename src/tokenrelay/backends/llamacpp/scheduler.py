@@ -104,7 +104,7 @@ class Scheduler:
     def _probe(self) -> None:
         try:
             self.kernels_invariant = kernels_invariant(
-                self.model, self.context, self.settings.slots, self.settings.prefill_chunk
+                self.model, self.context, self.settings.slots, self.settings.step_prefill
             )
         except Exception:  # the probe only informs; serving goes on, reported as not invariant
             log.exception("the batch-invariance probe failed")
@@ -245,7 +245,7 @@ class Scheduler:
         serving = self._served_now()
         decoding = [s.seq_id for s in serving if s.seq is not None]
         prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order(serving)]
-        plan = plan_step(decoding, prefilling, self.settings.prefill_chunk)
+        plan = plan_step(decoding, prefilling, self.settings.step_prefill)
         self.stats.steps += 1
         if not self._pass(plan.decode, plan.prefill):
             return

@@ -149,6 +149,19 @@ class Timeline:
         return "".join(e.text for n, e in self.seen if n == name and isinstance(e, TextDelta))
 
 
+def test_a_context_smaller_than_the_prefill_chunk_evaluates_prompts_in_smaller_steps(model: LlamaModel) -> None:
+    # One slot of 64 cells: llama.cpp gives the sequence 256 (its padding) but takes at most 64 tokens a step.
+    with running(model, slots=1, ctx_per_slot=64, prefill_chunk=512) as scheduler:
+        timeline = Timeline()
+        prompt = "One two three four five six seven eight nine ten eleven twelve thirteen fourteen. " * 8
+        job = timeline.job(model, "long", prompt, 4)
+        assert 64 < len(job.prompt) < 250
+        scheduler.submit(job)
+        timeline.until_done("long")
+    ends = [e for _, e in timeline.seen if isinstance(e, JobDone | JobFailed)]
+    assert len(ends) == 1 and isinstance(ends[0], JobDone)
+
+
 def test_background_work_waits_for_the_interactive_jobs_and_pauses_while_they_run(model: LlamaModel) -> None:
     with running(model, interactive_slots=1) as scheduler:
         alone = Timeline()

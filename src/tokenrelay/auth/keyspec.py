@@ -37,7 +37,8 @@ class KeyCreate(BaseModel):
     rpm: PositiveLimit | None = None
     tpm: PositiveLimit | None = None
     budget_tokens: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
-    budget_cost: Annotated[Decimal, Field(ge=0, max_digits=18, decimal_places=6)] | None = Field(
+    # Up to a trillion units of currency; what is finer than a micro-unit is rounded to one.
+    budget_cost: Annotated[Decimal, Field(ge=0, le=10**12)] | None = Field(
         default=None, description="money this key may spend per budget period, in the server's currency"
     )
     budget_period: Period = Field(

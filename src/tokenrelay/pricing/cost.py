@@ -39,6 +39,5 @@ def money(micros: int) -> str:
 
 
 def micros_of(amount: Decimal) -> int:
-    """A decimal amount of currency (a budget) in micro-units; amounts finer than a micro-unit are refused
-    by the settings' validation before they get here."""
+    """A decimal amount of currency (a budget) in micro-units, rounded half up to a whole one."""
     return int((amount * MICROS).to_integral_value(ROUND_HALF_UP))

@@ -18,6 +18,7 @@ import yaml
 from accounting_support import FAST_CACHE, counters, create_key, ledger_rows, postgres_database
 from gateway_support import wait_for
 from movable_clock import MovableClock
+from replica_support import Replicas, completion_round
 from servers import DEFAULT_MODEL, Server, start_server, wait_ready
 
 INPUT, OUTPUT = Decimal(100), Decimal(200)  # per million tokens: micro-units per token
@@ -27,16 +28,12 @@ NEXT_MONTH = datetime(2027, 2, 1)
 
 
 @dataclass
-class Replicas:
-    a: Server
-    b: Server
-    url: str
-    admin: str
+class ClockedReplicas(Replicas):
     clock: MovableClock
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClockedReplicas]:
     tmp = tmp_path_factory.mktemp("money-replicas")
     clock = MovableClock(tmp)
     clock.set(MONTH_END)
@@ -51,42 +48,33 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
         b = start_server(tmp, *args, env=env)
         try:
             wait_ready(a)
-            yield Replicas(a, b, url, admin, clock)
+            yield ClockedReplicas(a, b, url, admin, clock)
         finally:
             a.stop()
             b.stop()
 
 
-async def _round(servers: list[Server], key: str, size: int) -> list[int | str]:
-    """`size` requests at once, alternating between the replicas: each one's cost in micro-units, or the error."""
-    clients = [
-        openai.AsyncOpenAI(base_url=f"{s.base_url}/v1", api_key=key, max_retries=0, timeout=300) for s in servers
-    ]
+def _cost(reply: openai.types.Completion) -> int:
+    """What the answer costs at the model's prices, in micro-units."""
+    return int(reply.usage.prompt_tokens * INPUT + reply.usage.completion_tokens * OUTPUT)
 
-    async def one(i: int) -> int | str:
-        try:
-            reply = await clients[i % 2].completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=4)
-        except openai.RateLimitError as exc:
-            return str(exc.code)
-        return int(reply.usage.prompt_tokens * INPUT + reply.usage.completion_tokens * OUTPUT)
 
-    try:
-        return list(await asyncio.gather(*(one(i) for i in range(size))))
-    finally:
-        for client in clients:
-            await client.close()
+def _shown(replicas: Replicas, server: Server) -> dict[str, Any]:
+    """The wallet key as `server`'s admin API shows it."""
+    with server.http(headers={"Authorization": f"Bearer {replicas.admin}"}) as http:
+        return http.get("/admin/keys/wallet").json()
 
 
 def _rows(url: str) -> list[dict[str, Any]]:
     return [row for row in ledger_rows(url) if row["key_name"] == "wallet"]
 
 
-def _spend_until_refused(replicas: Replicas, key: str) -> list[int]:
+def _spend_until_refused(replicas: ClockedReplicas, key: str) -> list[int]:
     """Rounds of concurrent requests until a whole round is refused; the costs of those served."""
     outcomes: list[int | str] = []
     already = len(_rows(replicas.url))
     for _ in range(12):
-        this_round = asyncio.run(_round([replicas.a, replicas.b], key, 8))
+        this_round = asyncio.run(completion_round([replicas.a, replicas.b], key, 8, _cost))
         outcomes += this_round
         expected = already + len(outcomes)
         wait_for(lambda: len(_rows(replicas.url)) >= expected, "the round's ledger rows")  # noqa: B023
@@ -99,14 +87,10 @@ def _spend_until_refused(replicas: Replicas, key: str) -> list[int]:
 
 
 def test_two_replicas_never_overspend_a_monthly_money_budget_and_the_next_month_starts_afresh(
-    replicas: Replicas,
+    replicas: ClockedReplicas,
 ) -> None:
-    with replicas.a.http(headers={"Authorization": f"Bearer {replicas.admin}"}) as http:
-        spec = {"name": "wallet", "budget_cost": "0.01", "budget_period": "monthly"}
-        created = http.post("/admin/keys", json=spec)
-        assert created.status_code == 201, created.text
-        key = created.json()["key"]
-        assert created.json()["resets_at"] == "2027-02-01T00:00:00Z"
+    key = replicas.create(replicas.a, name="wallet", budget_cost="0.01", budget_period="monthly")
+    assert _shown(replicas, replicas.b)["resets_at"] == "2027-02-01T00:00:00Z"
 
     january = _spend_until_refused(replicas, key)
     state = counters(replicas.url, "wallet")
@@ -118,9 +102,9 @@ def test_two_replicas_never_overspend_a_monthly_money_budget_and_the_next_month_
     assert all(row["cost"] == row["prompt_tokens"] * INPUT + row["completion_tokens"] * OUTPUT for row in rows)
 
     replicas.clock.set(NEXT_MONTH + timedelta(minutes=1))
-    with replicas.b.http(headers={"Authorization": f"Bearer {replicas.admin}"}) as http:
-        shown = http.get("/admin/keys/wallet").json()
-    assert (shown["cost_used"], shown["resets_at"]) == ("0.000000", "2027-03-01T00:00:00Z")
+    for server in (replicas.a, replicas.b):  # each replica reads the moved clock within a second or two
+        wait_for(lambda: _shown(replicas, server)["resets_at"] == "2027-03-01T00:00:00Z", "February")  # noqa: B023
+        assert _shown(replicas, server)["cost_used"] == "0.000000"
     february = _spend_until_refused(replicas, key)
     state = counters(replicas.url, "wallet")
     assert state["period_start"] == NEXT_MONTH and state["cost_reserved"] == 0

@@ -5,26 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import openai
 import pytest
 from accounting_support import FAST_CACHE, counters, create_key, ledger_rows, postgres_database
+from replica_support import Replicas, completion_round
 from servers import DEFAULT_MODEL, Server, start_server
-
-
-@dataclass
-class Replicas:
-    a: Server
-    b: Server
-    url: str
-    admin: str
-
-    def create(self, server: Server, **spec: object) -> str:
-        with server.http(headers={"Authorization": f"Bearer {self.admin}"}) as http:
-            response = http.post("/admin/keys", json=spec)
-        assert response.status_code == 201, response.text
-        return response.json()["key"]
 
 
 @pytest.fixture(scope="module")
@@ -81,30 +67,11 @@ def test_requests_per_minute_are_counted_across_replicas(replicas: Replicas) -> 
     assert caught.value.code == "rate_limit_exceeded" and "retry-after" in caught.value.response.headers
 
 
-async def _round(servers: list[Server], key: str, size: int) -> list[int | str]:
-    clients = [
-        openai.AsyncOpenAI(base_url=f"{s.base_url}/v1", api_key=key, max_retries=0, timeout=300) for s in servers
-    ]
-
-    async def one(i: int) -> int | str:
-        try:
-            reply = await clients[i % 2].completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=4)
-        except openai.RateLimitError as exc:
-            return str(exc.code)
-        return reply.usage.total_tokens
-
-    try:
-        return list(await asyncio.gather(*(one(i) for i in range(size))))
-    finally:
-        for client in clients:
-            await client.close()
-
-
 def test_a_budget_is_shared_and_never_overspent(replicas: Replicas) -> None:
     key = replicas.create(replicas.a, name="budget", budget_tokens=120)
     outcomes: list[int | str] = []
     for _ in range(10):
-        this_round = asyncio.run(_round([replicas.a, replicas.b], key, 24))
+        this_round = asyncio.run(completion_round([replicas.a, replicas.b], key, 24, _tokens))
         outcomes += this_round
         _wait_for_rows(replicas.url, "budget", len(outcomes))  # every reservation of the round is settled
         if all(isinstance(o, str) for o in this_round):
@@ -119,6 +86,10 @@ def test_a_budget_is_shared_and_never_overspent(replicas: Replicas) -> None:
     assert state["budget_reserved"] == 0
     assert state["budget_used"] == sum(served) <= 120
     assert state["budget_used"] > 120 - 8  # "Hi" with max_tokens 4 reserves 8: not even that was left
+
+
+def _tokens(reply: openai.types.Completion) -> int:
+    return reply.usage.total_tokens
 
 
 def _wait_for_rows(url: str, key_name: str, count: int) -> None:

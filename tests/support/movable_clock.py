@@ -2,12 +2,11 @@
 
 Only the wall clock moves (budget periods, timestamps); the monotonic clock that event loops and timeouts use
 keeps running as it does. The offset file is read again at most once a second (reading it on every clock
-reading slows a server down), so `set` waits that second out.
+reading slows a server down): a server may read the old time for a second or two after `set`.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,4 +40,3 @@ class MovableClock:
         """From now on the servers' wall clock reads `when` (naive UTC), and runs on from there."""
         offset = when.replace(tzinfo=UTC) - datetime.now(UTC)
         self.offset_file.write_text(f"{offset.total_seconds():+.3f}\n")
-        time.sleep(CACHE_SECONDS + 0.2)

@@ -7,11 +7,20 @@ import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 # Served when no model is configured: a base model for completions and an instruct model for chat.
@@ -97,21 +106,48 @@ def node_url_problem(url: str) -> str | None:
 HEADER_TOKEN = r"^[!-~]+$"
 
 
+def decimal_amount(digits: int) -> Any:
+    """A non-negative decimal with at most `digits` digits before its point, as a JSON number or a string of ASCII
+    digits (exact: `"0.15"` is 0.15). Its schema states exactly what validation accepts, so an API document's
+    reader (or a fuzzer) never meets a documented value that is refused."""
+    below = 10**digits
+    pattern = rf"^\+?[0-9]{{1,{digits}}}(\.[0-9]+)?$"
+    schema = {
+        "anyOf": [
+            {"type": "number", "minimum": 0, "exclusiveMaximum": below},
+            {"type": "string", "pattern": pattern},
+        ]
+    }
+
+    def exact(value: Any) -> Any:
+        """The decimal a number or digit string reads as (a float by its shortest spelling: 0.15 is 0.15), which
+        also passes strict validation; anything else is left for the type's own refusal."""
+        if isinstance(value, str):
+            if re.fullmatch(pattern, value) is None:
+                raise ValueError(f"write the amount as a number or as digits with an optional point (below 1e{digits})")
+            return Decimal(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return Decimal(str(value))
+        return value
+
+    return Annotated[Decimal, BeforeValidator(exact), Field(ge=0, lt=below), WithJsonSchema(schema)]
+
+
+# A price per million tokens: below a billion, so a call's cost in micro-units fits the ledger's 64-bit column.
+Price = decimal_amount(9)
+
+
 class Pricing(BaseModel):
     """What a model's tokens cost, per million, in the settings' `currency`. Prices are decimals, so a price such
     as 0.15 is exactly 0.15 (costs are computed in integer micro-units: `pricing/cost.py`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    input: Decimal = Field(ge=0, max_digits=18, decimal_places=6, description="per million prompt tokens")
-    cached_input: Decimal | None = Field(
-        default=None,
-        ge=0,
-        max_digits=18,
-        decimal_places=6,
-        description="per million prompt tokens read from a cache (default: the input price)",
+    input: Price = Field(description="per million prompt tokens")
+    cached_input: Price | None = Field(
+        default=None, description="per million prompt tokens read from a cache (default: the input price)"
     )
-    output: Decimal = Field(ge=0, max_digits=18, decimal_places=6, description="per million completion tokens")
+    output: Price = Field(description="per million completion tokens")
 
     @property
     def cached(self) -> Decimal:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from tokenrelay.auth.keystore import KeySpec
+from tokenrelay.config import decimal_amount
 from tokenrelay.limits.periods import Period
 from tokenrelay.pricing.cost import micros_of
 from tokenrelay.store.timeutil import DURATION_PATTERN, parse_expiry, utcnow
@@ -37,8 +37,8 @@ class KeyCreate(BaseModel):
     rpm: PositiveLimit | None = None
     tpm: PositiveLimit | None = None
     budget_tokens: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
-    # Up to a trillion units of currency; what is finer than a micro-unit is rounded to one.
-    budget_cost: Annotated[Decimal, Field(ge=0, le=10**12)] | None = Field(
+    # Below a trillion units of currency; what is finer than a micro-unit is rounded to one.
+    budget_cost: decimal_amount(12) | None = Field(  # type: ignore[valid-type]
         default=None, description="money this key may spend per budget period, in the server's currency"
     )
     budget_period: Period = Field(

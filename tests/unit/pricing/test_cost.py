@@ -25,6 +25,11 @@ def test_cached_prompt_tokens_cost_the_cached_price_and_the_sum_is_rounded_once(
     assert cost_micros(None, Usage(prompt_tokens=10**6, completion_tokens=10**6)) == 0  # unpriced
 
 
+def test_prices_read_exactly_from_numbers_and_digit_strings() -> None:
+    assert Pricing(input=0.15, output="0.6") == Pricing(input=Decimal("0.15"), output=Decimal("0.6"))
+    assert cost_micros(Pricing(input=0.1, output=0.2), Usage(prompt_tokens=10, completion_tokens=10)) == 3  # 1 + 2
+
+
 def test_a_million_tokens_cost_the_price_and_large_counts_stay_exact() -> None:
     assert money(cost_micros(PRICES, Usage(prompt_tokens=10**6))) == "1.250000"
     many = Usage(prompt_tokens=10**12, completion_tokens=3 * 10**12)
@@ -62,7 +67,8 @@ def test_a_reservation_assumes_the_dearest_node_and_fallback() -> None:
     ("pricing", "problem"),
     [
         ({"input": -1, "output": 1}, "greater than or equal to 0"),
-        ({"input": "0.0000001", "output": 1}, "no more than 6 decimal places"),
+        ({"input": "1e3", "output": 1}, "as a number or as digits"),
+        ({"input": 10**9, "output": 1}, "less than 1000000000"),
         ({"input": 1}, "output"),
     ],
 )

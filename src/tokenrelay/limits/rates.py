@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RETRY_SECONDS = 5.0  # how long a replica counts locally before asking Redis again
 
@@ -91,26 +93,25 @@ class FailoverRates:
         return self._retry_at is not None
 
     async def take(self, ask: RateAsk) -> Levels | None:
-        if self._try_shared():
-            try:
-                levels = await self.shared.take(ask)
-            except Exception as exc:  # any failure of Redis (refused, timed out, script error) counts locally
-                self._failed(exc)
-            else:
-                self._answered()
-                return levels
-        return self.local.take(ask)
+        answered, levels = await self._ask_shared(lambda: self.shared.take(ask))
+        return levels if answered else self.local.take(ask)
 
     async def give_back(self, key_id: str, requests: int, tokens: int) -> None:
-        if self._try_shared():
-            try:
-                await self.shared.give_back(key_id, requests, tokens)
-            except Exception as exc:
-                self._failed(exc)
-            else:
-                self._answered()
-                return
-        self.local.give_back(key_id, requests, tokens)
+        answered, _ = await self._ask_shared(lambda: self.shared.give_back(key_id, requests, tokens))
+        if not answered:
+            self.local.give_back(key_id, requests, tokens)
+
+    async def _ask_shared(self, ask: Callable[[], Awaitable[T]]) -> tuple[bool, T | None]:
+        """(True, Redis's answer), or (False, None) when Redis is not asked now or fails: count locally."""
+        if not self._try_shared():
+            return False, None
+        try:
+            answer = await ask()
+        except Exception as exc:  # any failure of Redis (refused, timed out, script error) counts locally
+            self._failed(exc)
+            return False, None
+        self._answered()
+        return True, answer
 
     async def close(self) -> None:
         await self.shared.close()

@@ -8,7 +8,8 @@ import hashlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy.engine import make_url
 
 from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.loopback import is_loopback
@@ -163,8 +164,4 @@ def _rates(redis_url: str | None) -> FailoverRates | None:
 
 def _redis_where(redis_url: str) -> str:
     """The URL without its password, for the logs."""
-    parts = urlsplit(redis_url)
-    if parts.password is None:
-        return redis_url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    return redacted(make_url(redis_url))

@@ -152,6 +152,7 @@ def embedding_status(embedder: Embedder | None) -> dict[str, object]:
     return {
         "embeddings": True,
         "embedding_pooling": embedder.context.pooling.name.lower(),
+        "embedding_output_head": "skipped" if embedder.context.cut.enabled else "computed",
         "embedding_decodes": embedder.decodes,
         "inputs_embedded": embedder.inputs_embedded,
     }

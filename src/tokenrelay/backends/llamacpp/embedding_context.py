@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import llama_cpp
 import numpy as np
 
 from tokenrelay.backends.base import Vector
 from tokenrelay.backends.llamacpp.context import KV_TYPES, Batch
+from tokenrelay.backends.llamacpp.embedding_cut import EmbeddingCut
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.native_thread import native_thread
 from tokenrelay.backends.llamacpp.pooling import (
@@ -18,6 +21,9 @@ from tokenrelay.backends.llamacpp.pooling import (
 )
 from tokenrelay.config import EngineSettings
 
+log = logging.getLogger(__name__)
+CUT_PROBE = "The quick brown fox jumps over the lazy dog."
+
 
 class EmbeddingContext:
     """`capacity` tokens and `sequences` inputs at most per decode; an input may be `max_tokens` long (one longer
@@ -28,6 +34,8 @@ class EmbeddingContext:
     values in the same order whatever shares its decode (the row-by-row flash-attention kernel of a Q8_0 cache
     skips the cells other sequences mask out). With the process's one matrix kernel for every row count
     (`batch_invariant`), an input's vector does not depend on what it was batched with.
+
+    Decodes end at the embedding (`EmbeddingCut`) once a probe has shown the vectors are the same either way.
     """
 
     def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
@@ -38,10 +46,10 @@ class EmbeddingContext:
         # the whole batch, whose sums would depend on where the input sat in it.
         pooling = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED if self.declared == Pooling.NONE else int(self.declared)
         self.max_tokens = min(settings.ctx_per_slot, model.n_ctx_train)
-        # Where tokenrelay pools (a decoder model), llama.cpp computes and copies out every token's logits beside its
-        # embedding (a megabyte a token with Gemma's 262,144-token vocabulary): decodes are kept small, as bigger ones
-        # embed no faster. A model pooled by llama.cpp, or an encoder (its attention looks ahead), needs each input
-        # whole in one decode.
+        # Where tokenrelay pools (a decoder model), llama.cpp reserves and copies out every token's logits beside its
+        # embedding, computed or not (a megabyte a token with Gemma's 262,144-token vocabulary): decodes are kept
+        # small, as bigger ones embed no faster. A model pooled by llama.cpp, or an encoder (its attention looks
+        # ahead), needs each input whole in one decode.
         in_pieces = self.declared == Pooling.NONE and not is_encoder_only(model)
         self.capacity = min(self.max_tokens, settings.embedding_decode_tokens) if in_pieces else self.max_tokens
         self.sequences = settings.embedding_batch
@@ -58,6 +66,8 @@ class EmbeddingContext:
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         params.type_k = params.type_v = KV_TYPES[settings.kv_type]
         params.no_perf = True
+        self.cut = EmbeddingCut()
+        params.cb_eval = self.cut.callback
         self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise RuntimeError("llama.cpp could not create an embedding context (out of memory?)")
@@ -65,6 +75,25 @@ class EmbeddingContext:
         self.pooling = Pooling(llama_cpp.llama_pooling_type(self.ptr))
         self.n_embd = int(llama_cpp.llama_model_n_embd_out(model.ptr))
         self.batch = Batch(self.capacity)
+        self.cut.enabled = self._cut_is_exact()
+
+    def _cut_is_exact(self) -> bool:
+        """Whether ending decodes at the embedding node leaves a probe's vector bit-identical; False (the whole
+        graph, as llama.cpp runs it) when the graph has no such node or the vectors differ."""
+        probe = self.model.tokenize(CUT_PROBE, add_special=True, parse_special=False)[: self.capacity]
+        self.cut.seen = False
+        whole = self.embed([probe])[0]
+        if not self.cut.seen:
+            log.info("embeddings of %s: the graph names no embedding node; decodes run whole", self.model.path.name)
+            return False
+        self.cut.enabled = True
+        exact = bool(np.array_equal(self.embed([probe])[0], whole))
+        if not exact:
+            log.warning(
+                "embeddings of %s: ending decodes at the embedding changed a vector; they run whole",
+                self.model.path.name,
+            )
+        return exact
 
     def close(self) -> None:
         self.batch.close()

@@ -2,14 +2,14 @@
 
 Logit bias, OpenAI's penalties and a grammar's mask are applied to the row in place; then the token is the row's
 argmax (greedy) or a draw from the temperature-scaled distribution, cut to Anthropic's `top_k` and OpenAI's
-`top_p` nucleus when asked, with one uniform number per step from the sequence's own seeded generator. Logprobs
-come from the same scaled row (before any top-k or top-p cut), so they describe the distribution the token was
-drawn from.
+`top_p` nucleus when asked, with uniform numbers from the sequence's own seeded generator. Logprobs come from the
+same scaled row (before any top-k or top-p cut), so they describe the distribution the token was drawn from.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +20,10 @@ import numpy as np
 from tokenrelay.backends.llamacpp.structured.constraint import GrammarConstraint
 
 BAN = -100.0  # a bias of -100 bans the token outright, as the OpenAI API describes
-BLOCK = 1024  # the draw finds its block of the vocabulary first, then its token inside that block
+# A draw from the whole vocabulary computes the weights of the tokens within TAIL (in units of the temperature) of
+# the most likely one; each of the others weighs less than exp(-TAIL) of it, and they are only counted as a bound
+# (see `draw_whole`). Most of a model's vocabulary is that far below the top.
+TAIL = 16.0
 # Where candidates for a top-k or top-p cut are looked for first: weights relative to the most likely token's.
 # A comparison pass over the vocabulary is much cheaper than ordering it, and the cut is nearly always near the top.
 WEIGHT_CUTOFFS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
@@ -76,11 +79,7 @@ class Scaled:
     peak: float
     temperature: float
     weights: np.ndarray
-    blocks: np.ndarray  # cumulative sums of the weights, block by block (float64)
-
-    @property
-    def total(self) -> float:
-        return float(self.blocks[-1])
+    total: float
 
     def logprob(self, token: int) -> float:
         return (float(self.row[token]) - self.peak) / self.temperature - float(np.log(self.total))
@@ -103,13 +102,7 @@ def scale(row: np.ndarray, temperature: float) -> Scaled:
     if temperature != 1.0:
         np.multiply(weights, np.float32(1.0 / temperature), out=weights)
     np.exp(weights, out=weights)
-    return Scaled(row, peak, temperature, weights, np.cumsum(block_sums(weights)))
-
-
-def block_sums(weights: np.ndarray) -> np.ndarray:
-    whole = weights.size - weights.size % BLOCK
-    sums = weights[:whole].reshape(-1, BLOCK).sum(axis=1, dtype=np.float32).astype(np.float64)
-    return np.append(sums, weights[whole:].sum(dtype=np.float64)) if whole < weights.size else sums
+    return Scaled(row, peak, temperature, weights, float(weights.sum(dtype=np.float64)))
 
 
 def pick(cumulative: np.ndarray, weights: np.ndarray, u: float) -> int:
@@ -121,15 +114,37 @@ def pick(cumulative: np.ndarray, weights: np.ndarray, u: float) -> int:
     return i
 
 
-def draw_full(scaled: Scaled, u: float) -> int:
-    """A draw from the whole distribution: `u` (uniform in [0, 1)) picks a block, then a token inside it."""
-    blocks = scaled.blocks
-    target = u * scaled.total
-    b = pick(blocks, np.diff(blocks, prepend=0.0), target)
-    start = b * BLOCK
-    inside = scaled.weights[start : start + BLOCK]
-    before = float(blocks[b - 1]) if b else 0.0
-    return start + pick(np.cumsum(inside, dtype=np.float64), inside, target - before)
+def draw_whole(row: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """A draw from the whole distribution exp((logit - peak) / temperature), exactly, computing few weights.
+
+    A uniform number lands in [0, head + bound): `head` is the sum of the weights of the tokens near the top, and
+    `bound` is more than the rest can weigh (their count times exp(-TAIL)). Landing in the head picks one of its
+    tokens; landing past it (rarely: the bound is a tiny share) computes the rest's weights and picks one of them
+    if it falls inside their sum, or draws again if it falls in the bound's slack. So every token is drawn with
+    probability proportional to its weight, and most draws never compute the far tail.
+    """
+    peak = float(np.max(row))
+    if peak == -np.inf:  # nothing allowed at all (every token the grammar allows is banned): draw any
+        return int(rng.integers(row.size))
+    floor = np.float32(peak - TAIL * temperature)
+    near = np.flatnonzero(row >= floor)
+    near_weights = _weights(row[near], peak, temperature)
+    near_cumulative = np.cumsum(near_weights)
+    head = float(near_cumulative[-1])
+    bound = (row.size - near.size) * math.exp(-TAIL)
+    while True:
+        target = rng.random() * (head + bound)
+        if target < head:
+            return int(near[pick(near_cumulative, near_weights, target)])
+        far = np.flatnonzero(row < floor)
+        far_weights = _weights(row[far], peak, temperature)
+        far_cumulative = np.cumsum(far_weights)
+        if far.size and target - head < far_cumulative[-1]:
+            return int(far[pick(far_cumulative, far_weights, target - head)])
+
+
+def _weights(logits: np.ndarray, peak: float, temperature: float) -> np.ndarray:
+    return np.exp((logits.astype(np.float64) - peak) / temperature)
 
 
 def leading(
@@ -208,17 +223,18 @@ class TokenSampler:
         scaled = None
         if p.greedy:
             token = int(np.argmax(row))
-        else:
+        elif p.truncated:
             scaled = scale(row, p.temperature)
-            u = float(self.rng.random())
-            token = draw_truncated(scaled, p.top_k, p.top_p, u) if p.truncated else draw_full(scaled, u)
+            token = draw_truncated(scaled, p.top_k, p.top_p, float(self.rng.random()))
+        else:
+            token = draw_whole(row, p.temperature, self.rng)
         if self.constraint is not None:
             self.constraint.accept(token)
         self.counts[token] += 1
         draw = Draw(token)
         if wants_logprobs:
             if scaled is None:
-                scaled = scale(row, 1.0)
+                scaled = scale(row, 1.0 if p.greedy else p.temperature)
             draw.logprob = scaled.logprob(token)
             draw.top = scaled.top(p.top_logprobs or 0)
         return draw

@@ -8,9 +8,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tokenrelay.backends.llamacpp.sampling import BLOCK, SamplingParams, TokenSampler, scale
+from tokenrelay.backends.llamacpp import sampling
+from tokenrelay.backends.llamacpp.sampling import SamplingParams, TokenSampler, scale
 
-VOCAB = 3 * BLOCK + 17  # several blocks and a partial one
+VOCAB = 3089
 
 
 def logits(peaks: dict[int, float], rest: float = -30.0) -> np.ndarray:
@@ -35,7 +36,7 @@ def frequencies(tokens: list[int]) -> dict[int, float]:
     return {token: count / len(tokens) for token, count in Counter(tokens).items()}
 
 
-ROW = logits({5: 3.0, 1500: 2.5, 2100: 2.0, 3080: 1.0, 40: 0.0})  # tokens in different blocks
+ROW = logits({5: 3.0, 1500: 2.5, 2100: 2.0, 3080: 1.0, 40: 0.0})
 
 
 def test_greedy_takes_the_most_likely_token() -> None:
@@ -54,6 +55,17 @@ def test_draws_follow_the_temperature_scaled_distribution() -> None:
         expected = probabilities(ROW, temperature)
         for token in (5, 1500, 2100, 3080, 40):
             assert seen.get(token, 0.0) == pytest.approx(expected[token], abs=0.015)
+
+
+def test_tokens_far_below_the_top_are_drawn_as_often_as_their_weight_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Far tokens are drawn only when a draw lands past the near ones' weight, which is rare with the real margin;
+    # a margin of one logit puts most of this row's weight far from its top, so most draws go that way.
+    monkeypatch.setattr(sampling, "TAIL", 1.0)
+    row = np.linspace(0.0, -3.0, VOCAB, dtype=np.float32)
+    seen = draws(SamplingParams(seed=2), row, 20_000)
+    expected = probabilities(row)
+    for part in np.array_split(np.arange(VOCAB), 4):  # shares about 0.56, 0.26, 0.12, 0.06
+        assert np.isin(seen, part).mean() == pytest.approx(expected[part].sum(), abs=0.015)
 
 
 def test_top_p_draws_from_the_smallest_set_that_reaches_the_mass() -> None:

@@ -11,7 +11,7 @@ from fastapi.openapi.utils import get_openapi
 from tokenrelay import __version__
 from tokenrelay.apidoc.errors import MEANING, OpenAIError
 from tokenrelay.apidoc.operations import COMPONENTS, component_ref, flat_schemas
-from tokenrelay.auth.middleware import protected
+from tokenrelay.auth.caller import protected
 from tokenrelay.config import Settings
 
 DESCRIPTION = (

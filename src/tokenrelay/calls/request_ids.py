@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Scope, Send
 
 from tokenrelay.store.ids import time_ordered_id
 
-HEADER = "x-request-id"
+HEADER = b"x-request-id"
 _SAFE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -19,7 +19,7 @@ def new_request_id() -> str:
 
 def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
     for name, value in headers:
-        if name.lower() == HEADER.encode():
+        if name == HEADER:  # ASGI header names are lower case
             text = value.decode("latin-1")
             if _SAFE.match(text):
                 return text
@@ -32,27 +32,23 @@ def request_id_of(scope: Scope) -> str:
 
 
 def assign_request_id(scope: Scope) -> str:
-    """The request's id, kept in its state for the handlers; shared by this middleware and the generation lane."""
+    """The request's id, kept in its state for the handlers."""
     request_id = request_id_from(scope.get("headers", []))
     scope.setdefault("state", {})["request_id"] = request_id
     return request_id
 
 
-class RequestIdMiddleware:
-    """Plain ASGI middleware (no BaseHTTPMiddleware) so streaming responses pass through untouched."""
+def id_header(request_id: str) -> tuple[bytes, bytes]:
+    """The response header naming the request."""
+    return HEADER, request_id.encode("latin-1")
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = assign_request_id(scope)
+def sending_id(send: Send, request_id: str) -> Send:
+    """`send`, adding the request's id to the headers of a response that some other code builds and starts."""
 
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id.encode("latin-1"))]
-            await send(message)
+    async def send_with_id(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), id_header(request_id)]
+        await send(message)
 
-        await self.app(scope, receive, send_with_id)
+    return send_with_id

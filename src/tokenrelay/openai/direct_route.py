@@ -14,7 +14,7 @@ from starlette.responses import Response
 class DirectRoute(APIRoute):
     """FastAPI matches and documents the route, and solves no parameters for a function that has none to solve
     (FastAPI's documented extension: a custom `route_class` overriding `get_route_handler`). The server's
-    `FastPath` serves these routes' POSTs straight from `handler`."""
+    `Gate` serves these routes' POSTs straight from `handler`."""
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         return self.handler

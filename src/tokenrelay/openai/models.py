@@ -21,7 +21,7 @@ def model_body(backend: Backend) -> dict[str, Any]:
 
 
 def caller(request: Request) -> Principal:
-    return request.state.principal  # set by KeyAuthMiddleware on every /v1 request
+    return request.state.principal  # set by the app's `Gate` on every /v1 request
 
 
 @router.get("/v1/models")

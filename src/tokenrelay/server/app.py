@@ -21,8 +21,6 @@ from tokenrelay.admin import routes as admin_routes
 from tokenrelay.anthropic.messages import router as messages
 from tokenrelay.apidoc.document import install_document
 from tokenrelay.auth.dialects import Dialects
-from tokenrelay.auth.middleware import KeyAuthMiddleware
-from tokenrelay.calls.request_ids import RequestIdMiddleware
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
 from tokenrelay.errors import APIError, InvalidRequest, NotFound
@@ -36,7 +34,7 @@ from tokenrelay.openai.files import router as files
 from tokenrelay.openai.responses import router as responses
 from tokenrelay.server.announce import announce
 from tokenrelay.server.failures import failure_response
-from tokenrelay.server.fast_path import FastPath
+from tokenrelay.server.gate import Gate
 from tokenrelay.server.gc_tuning import tune_garbage_collector
 from tokenrelay.server.services import Services
 
@@ -87,10 +85,7 @@ def create_app(settings: Settings) -> FastAPI:
         title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=off
     )
     dialects = Dialects({messages.PREFIX: messages.DIALECT})
-    # Added first, so innermost: after the request id and the key.
-    app.add_middleware(FastPath, dialects=dialects, routers=[module.router for module in ROUTERS])
-    app.add_middleware(KeyAuthMiddleware, dialects=dialects)
-    app.add_middleware(RequestIdMiddleware)  # auth errors carry X-Request-ID too
+    app.add_middleware(Gate, dialects=dialects, routers=[module.router for module in ROUTERS])
     if tracing is not None:
         add_tracing(app, tracing)  # outermost: the server span covers the whole call, refusals included
     for module in ROUTERS:

@@ -1,43 +1,61 @@
-"""The generating POST routes served straight from their endpoints, past FastAPI's router and per-route layers.
+"""The app's own middleware: what every HTTP request goes through before FastAPI's router.
 
-Those layers (route matching over every route, exception and exit-stack wrappers, dependency bookkeeping) cost a
-relayed request about a third more of the gateway's own work, and a `DirectRoute`'s endpoint uses none of them: it
-reads its own body and answers with its own `Response`. So this innermost middleware (inside the request-id and
-key middlewares, which cover every path alike) answers a POST to such a route itself, with errors in the path's
-dialect as the app's handlers write them; anything else goes on to FastAPI. The routes stay FastAPI's: declared
-once in their routers, documented by FastAPI, and served by it for every other method (a 405 naming POST).
+It gives the request its id (`calls/request_ids.py`), authenticates its caller on the protected paths
+(`auth/caller.py`) and answers a POST to a `DirectRoute` (chat, completions, embeddings, Messages) straight from
+the route's endpoint: that endpoint reads its own body and answers with its own `Response`, so FastAPI's router and
+per-route layers (route matching over every route, exception and exit-stack wrappers, dependency bookkeeping) would
+add about a third more of the gateway's own work to a relayed request and nothing it uses. One middleware rather
+than one per step, so a response the gate makes itself (those answers, a refusal, an error in the path's dialect as
+the app's handlers write it) carries the id in its own headers; only what goes on to FastAPI (every other path and
+method, e.g. a 405 naming POST) has `send` wrapped to add it. The routes stay FastAPI's: declared once in their
+routers, documented by FastAPI.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from fastapi import APIRouter
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tokenrelay.auth.caller import authenticate
 from tokenrelay.auth.dialects import Dialects
+from tokenrelay.calls.request_ids import assign_request_id, id_header, sending_id
 from tokenrelay.openai.direct_route import DirectRoute
 from tokenrelay.server.failures import failure_response
 
+Handler = Callable[[Request], Awaitable[Response]]
 
-class FastPath:
-    """Serves the `DirectRoute`s of `routers` (included in the app without a prefix)."""
+
+class Gate:
+    """Request ids, the key check and the `DirectRoute`s of `routers` (included in the app without a prefix)."""
 
     def __init__(self, app: ASGIApp, dialects: Dialects, routers: Iterable[APIRouter]) -> None:
         self.app = app
         self.dialects = dialects
-        self.routes = {
-            route.path: route for router in routers for route in router.routes if isinstance(route, DirectRoute)
+        self.direct: dict[str, Handler] = {
+            route.path: route.handler for router in routers for route in router.routes if isinstance(route, DirectRoute)
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if route is None:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        request_id = assign_request_id(scope)
         try:
-            response = await route.handler(Request(scope, receive))
+            response = await self._answer(scope, receive)
         except Exception as exc:
             response = failure_response(self.dialects, scope["path"], exc)
+        if response is None:
+            await self.app(scope, receive, sending_id(send, request_id))
+            return
+        response.raw_headers.append(id_header(request_id))
         await response(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive) -> Response | None:
+        """The gate's own answer (a direct route's), or None to let FastAPI answer; raises a refusal."""
+        await authenticate(scope, self.dialects)
+        handler = self.direct.get(scope["path"]) if scope["method"] == "POST" else None
+        return None if handler is None else await handler(Request(scope, receive))

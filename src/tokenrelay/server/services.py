@@ -185,7 +185,7 @@ class Services:
 
     # Call accounting: the seam for the ledger, metrics and request logs -------------------------------
     def begin_call(self, call: Call, request: Request) -> None:
-        """The caller was authenticated (by `KeyAuthMiddleware`, or the generation lane) before the body was read."""
+        """The caller was authenticated (by the app's `Gate`) before the body was read."""
         principal = request.scope.get("state", {}).get("principal")  # not `request.state` (see `request_id_of`)
         if principal is None:  # never serve a /v1 route the middleware did not see
             raise AuthenticationError("This request was not authenticated.")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message
 
-from tokenrelay.auth.middleware import ACTING_FOR
+from tokenrelay.auth.caller import ACTING_FOR
 from tokenrelay.auth.principal import Principal
 from tokenrelay.calls.batch_line import BATCH_EXTENSION
 

@@ -7,25 +7,14 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from servers import shared_data_dir
 
 from tokenrelay.backends.llamacpp import embedding_cut
-from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from tokenrelay.backends.llamacpp.embedding_context import EmbeddingContext
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.config import EngineSettings
 
 SETTINGS = EngineSettings(ctx_per_slot=256, threads=2, embedding_batch=8)
 TEXTS = ("Rain is expected over the hills tonight.", "def add(a, b): return a + b", "Le chat dort.")
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("GGML_CPU_TILED_MM", "0")  # what the server sets (batch-invariant kernels); gone after the module
-        loaded = LlamaModel(ensure_default_model(shared_data_dir()))
-        yield loaded
-        loaded.close()
 
 
 @pytest.fixture

@@ -9,10 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from servers import shared_data_dir
 
 from tokenrelay.backends.base import TextDelta
-from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams
@@ -21,15 +19,6 @@ from tokenrelay.config import EngineSettings
 
 SETTINGS = EngineSettings(slots=2, ctx_per_slot=256, threads=2, prefill_chunk=64)
 STORY = "The archive holds letters, maps and ledgers from the old harbour office. "
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("GGML_CPU_TILED_MM", "0")  # what the server sets (batch-invariant kernels); gone after the module
-        loaded = LlamaModel(ensure_default_model(shared_data_dir()))
-        yield loaded
-        loaded.close()
 
 
 @pytest.fixture

@@ -44,18 +44,14 @@ class Gate:
             await self.app(scope, receive, send)
             return
         request_id = assign_request_id(scope)
+        handler = self.direct.get(scope["path"]) if scope["method"] == "POST" else None
         try:
-            response = await self._answer(scope, receive)
-        except Exception as exc:
+            await authenticate(scope, self.dialects)
+            response = None if handler is None else await handler(Request(scope, receive))
+        except Exception as exc:  # a refusal, or a direct route's failure
             response = failure_response(self.dialects, scope["path"], exc)
-        if response is None:
+        if response is None:  # FastAPI answers
             await self.app(scope, receive, sending_id(send, request_id))
             return
         response.raw_headers.append(id_header(request_id))
         await response(scope, receive, send)
-
-    async def _answer(self, scope: Scope, receive: Receive) -> Response | None:
-        """The gate's own answer (a direct route's), or None to let FastAPI answer; raises a refusal."""
-        await authenticate(scope, self.dialects)
-        handler = self.direct.get(scope["path"]) if scope["method"] == "POST" else None
-        return None if handler is None else await handler(Request(scope, receive))

@@ -184,7 +184,7 @@ class RoutedBackend:
         for number, member in enumerate(self._attempts(candidates, None)):
             started = time.monotonic()
             try:
-                async with self._attempt(member, number) as span:
+                async with Attempt(self, member, number) as span:
                     with use_span(span):
                         result = await ask(member)
                     member.breaker.success()
@@ -239,7 +239,7 @@ class RoutedBackend:
             started = time.monotonic()
             streaming = False
             try:
-                async with self._attempt(member, number) as span:
+                async with Attempt(self, member, number) as span:
                     with use_span(span):  # the attempt's span is the parent the node is told of (`traceparent`)
                         events = answer(member)
                     async with aclosing(events):
@@ -269,27 +269,6 @@ class RoutedBackend:
             tried.add(member.name)
             yield member
 
-    @contextlib.asynccontextmanager
-    async def _attempt(self, member: M, number: int) -> AsyncIterator[Span | None]:
-        """One try of a request on a member: counted in its load, its breaker and a span when traced. A
-        `NodeFailure` out of the block counts against the member; an `APIError` is the request's own (the member
-        answered, and is fine)."""
-        self._begin(member)
-        span = attempt_span(self.tracer, member, number)
-        failure = None
-        try:
-            yield span
-        except NodeFailure as exc:
-            self._failed(member, exc)
-            failure = exc
-            raise
-        except APIError:
-            member.breaker.success()
-            raise
-        finally:
-            end_attempt(span, failure)
-            await self._end(member)
-
     def _begin(self, member: Member) -> None:
         self._picks += 1
         member.load.last_pick = self._picks
@@ -313,3 +292,30 @@ class RoutedBackend:
         while True:
             await asyncio.gather(*(node.probe() for node in list(self.nodes.values())))
             await asyncio.sleep(self.routing.health.probe_interval)
+
+
+class Attempt:
+    """One try of a request on a member, as an `async with` block: counted in the member's load, its breaker and a
+    span when traced. A `NodeFailure` out of the block counts against the member; an `APIError` is the request's
+    own (the member answered, and is fine). A class rather than an `asynccontextmanager`: every request enters one,
+    and a generator-based manager adds an async generator and its bookkeeping to each."""
+
+    def __init__(self, backend: RoutedBackend, member: Member, number: int) -> None:
+        self.backend = backend
+        self.member = member
+        self.number = number
+        self.span: Span | None = None
+
+    async def __aenter__(self) -> Span | None:
+        self.backend._begin(self.member)
+        self.span = attempt_span(self.backend.tracer, self.member, self.number)
+        return self.span
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        failure = exc if isinstance(exc, NodeFailure) else None
+        if failure is not None:
+            self.backend._failed(self.member, failure)
+        elif isinstance(exc, APIError):
+            self.member.breaker.success()
+        end_attempt(self.span, failure)
+        await self.backend._end(self.member)

@@ -27,7 +27,7 @@ class Principal:
 
     @property
     def limited(self) -> bool:
-        return any(limit is not None for limit in (self.rpm, self.tpm, self.budget_tokens, self.budget_cost))
+        return self.rpm is not None or self.tpm is not None or self.budgeted
 
     @property
     def budgeted(self) -> bool:

@@ -173,7 +173,11 @@ async def run_level(
 
     limits = httpx.Limits(max_connections=concurrency + 1)
     async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
-        await one(client, body(PROMPTS[0], 2, 0, temperature, extra))  # warm-up
+        # Warm-up: one short request per client, together. The first burst a server meets after its start is slower
+        # on either server (a time to first token tail in the first trial only), which is not what steady traffic sees.
+        await asyncio.gather(
+            *(one(client, body(PROMPTS[i % len(PROMPTS)], 2, i, temperature, extra)) for i in range(concurrency))
+        )
         started = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         seconds = time.perf_counter() - started

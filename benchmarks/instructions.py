@@ -8,8 +8,8 @@ difference of the two instruction totals per extra request: start-up and warm-up
 
 Why: on the shared 2-core machines these figures come from, two runs of the same code under wrk differ by up
 to 15%, more than most single changes are worth. Instructions are not time (cache misses and system calls are
-not in them), but the counts of one tree repeat to within about 1% (`STEADY` below says what made them
-differ by up to 5% before), so a change that removes work shows; `--repeat` shows how steady they are.
+not in them), but the counts of one tree repeat to within about 1% (`STEADY` below lists what would otherwise
+move them), so a change that removes work shows; `--repeat` shows how steady they are.
 `canned, no observers` keeps sockets, timers and the ledger's thread out of the count, which is what makes it
 repeat; `--setup full` counts the node exchange too, less steadily. Each run takes about two minutes. Not part
 of the test run.

@@ -162,9 +162,19 @@ def workload_fields(server: Server, workload: str) -> tuple[float, dict[str, obj
 
 
 async def run_level(
-    base: str, concurrency: int, max_tokens: int, rounds: int, temperature: float, extra: dict
+    base: str,
+    concurrency: int,
+    max_tokens: int,
+    rounds: int,
+    temperature: float,
+    extra: dict,
+    prompts: list[str] = PROMPTS,
+    warm_up: list[str] | None = None,
 ) -> Result:
-    work = [body(PROMPTS[i % len(PROMPTS)], max_tokens, i, temperature, extra) for i in range(concurrency * rounds)]
+    """`concurrency` streaming clients, `rounds` requests each, after a warm-up request per client (with the
+    `warm_up` prompts, by default the measured ones)."""
+    warm_up = prompts if warm_up is None else warm_up
+    work = [body(prompts[i % len(prompts)], max_tokens, i, temperature, extra) for i in range(concurrency * rounds)]
     outs: list[Stream] = []
 
     async def worker(client: httpx.AsyncClient) -> None:
@@ -176,7 +186,7 @@ async def run_level(
         # Warm-up: one short request per client, together. The first burst a server meets after its start is slower
         # on either server (a time to first token tail in the first trial only), which is not what steady traffic sees.
         await asyncio.gather(
-            *(one(client, body(PROMPTS[i % len(PROMPTS)], 2, i, temperature, extra)) for i in range(concurrency))
+            *(one(client, body(warm_up[i % len(warm_up)], 2, i, temperature, extra)) for i in range(concurrency))
         )
         started = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))

@@ -53,7 +53,7 @@ def streamed_usage(stream: Any) -> tuple[Any, int]:
 
 
 def test_startup_says_where_and_what_and_shows_loading(json_server: Server) -> None:
-    messages = [json.loads(line)["msg"] for line in json_server.log().splitlines() if line.startswith("{")]
+    messages = [json.loads(line)["msg"] for line in json_server.log_lines() if line.startswith("{")]
     assert f"serving {DEFAULT_MODEL} (llama.cpp), smollm2-135m-instruct (llama.cpp)" in messages
     assert any(m.startswith(f"listening on http://127.0.0.1:{json_server.port} ") for m in messages)
     assert f"loading model {DEFAULT_MODEL}: 100%" in messages

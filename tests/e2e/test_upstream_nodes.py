@@ -118,7 +118,7 @@ def request_line(server: Server, request_id: str, timeout: float = 10) -> dict[s
     """The server's one log line for a request, as fields."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for line in server.log().splitlines():
+        for line in server.log_lines():
             if f"request_id={request_id} " in line:
                 message = line.split("tokenrelay.requests: ", 1)[1]
                 return dict(part.partition("=")[::2] for part in message.split(" "))

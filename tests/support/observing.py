@@ -47,7 +47,7 @@ def eventually(probe: Callable[[], T | None], timeout: float = 15.0) -> T:
 
 
 def json_request_lines(server: Server, request_id: str) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in server.log_lines() if line.startswith("{")]
     return [line for line in lines if line.get("logger") == "tokenrelay.requests" and line["request_id"] == request_id]
 
 
@@ -56,6 +56,6 @@ def text_request_lines(server: Server, request_id: str) -> list[dict[str, str]]:
     marker = f"tokenrelay.requests: request request_id={request_id} "
     return [
         {key: json.loads(value) if value.startswith('"') else value for key, value in _PAIR.findall(line)}
-        for line in server.log().splitlines()
+        for line in server.log_lines()
         if marker in line
     ]

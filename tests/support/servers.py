@@ -46,6 +46,12 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def log_lines(self) -> list[str]:
+        """The log's complete lines. The server writes its log in blocks that need not end at a line's end, and a
+        reader may see part of a block, so a last line without its newline is still being written: left out."""
+        text = self.log()
+        return text[: text.rfind("\n") + 1].splitlines()
+
     def stop(self, sig: int | None = None) -> int:
         if self.process.poll() is None:
             if sig is None:

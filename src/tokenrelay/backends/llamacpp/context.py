@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import llama_cpp
 
+from tokenrelay.backends.llamacpp.abort_flag import AbortFlag
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.native_thread import native_thread
 from tokenrelay.config import EngineSettings
@@ -37,6 +38,8 @@ class LlamaContext:
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED  # a quantised V cache needs it
         params.type_k = params.type_v = KV_TYPES[settings.kv_type]
         params.no_perf = True
+        self.abort = AbortFlag()  # the scheduler stops a background step with it (scheduler.py)
+        params.abort_callback, params.abort_callback_data = self.abort.callback, self.abort.data
         self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
@@ -51,6 +54,7 @@ class LlamaContext:
             self.ptr = None
 
     def decode(self) -> int:
+        """llama_decode's status: 0 done, 2 aborted (`abort`; the step's cells are already removed), else failed."""
         return native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
 
     def run(self, rows: list[tuple[int, int, int, bool]]) -> list[int]:

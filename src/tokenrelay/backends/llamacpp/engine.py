@@ -186,6 +186,7 @@ class LlamaCppBackend:
             "steps": stats.steps,
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,
+            "aborted_steps": stats.aborted_steps,
             "decode_seconds": round(stats.decode_seconds, 3),
             "step_seconds": round(stats.step_seconds, 3),
             **embedding,

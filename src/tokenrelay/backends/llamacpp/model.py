@@ -16,6 +16,9 @@ log = logging.getLogger(__name__)
 
 _LLAMA_WARN, _LLAMA_ERROR = 3, 4  # ggml_log_level values (5 is CONT: a continuation, e.g. progress dots)
 _native_log = logging.getLogger("tokenrelay.llama_cpp")
+# What llama.cpp warns of when a decode is aborted, once per sequence: the scheduler aborts steps on purpose
+# (abort_flag.py), so this is routine.
+_ABORT_CLEANUP = "removing memory module entries"
 
 
 def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
@@ -27,7 +30,7 @@ def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None
         return
     if level == _LLAMA_ERROR:
         _native_log.error(message)
-    elif level == _LLAMA_WARN:
+    elif level == _LLAMA_WARN and _ABORT_CLEANUP not in message:
         _native_log.warning(message)
     else:
         _native_log.debug(message)

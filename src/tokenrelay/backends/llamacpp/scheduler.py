@@ -7,7 +7,9 @@ evaluated once and its KV copied to the slots of its other choices.
 Background jobs (batch lines) come after interactive ones: they take a slot only when no interactive job waits
 and `interactive_slots` stay free, they are left out of the steps while any interactive job runs (their cache
 kept), and an interactive job that finds no free slot takes one from them (`_preempt`), so a batch costs
-interactive requests neither a slot nor step time, yet may use every slot while nothing else runs.
+interactive requests neither a slot nor step time, yet may use every slot while nothing else runs. An interactive
+job that arrives during a step of background jobs only aborts that step (`AbortFlag`), rather than waiting for it:
+the step's tokens are taken back and decoded again later.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from tokenrelay.errors import Overloaded
 
 log = logging.getLogger(__name__)
 
+_ABORTED = 2  # llama_decode's status when the abort callback stopped it
+
 
 class Scheduler:
     """Owns the context; everything below `run` executes on the scheduler thread only."""
@@ -50,6 +54,7 @@ class Scheduler:
         self._queued = 0
         self._serial = 0
         self._lock = threading.Lock()
+        self._background_step = False  # the running decode serves background jobs only: an arrival may abort it
         self._thread = threading.Thread(target=self.run, name=f"llama-scheduler-{model.path.name}", daemon=True)
         self._stopping = False
 
@@ -76,7 +81,9 @@ class Scheduler:
             self._queued += not job.background
             self._serial += 1
             job.serial = self._serial
-        self._inbox.put(job)
+            self._inbox.put(job)
+            if self._background_step and not job.background:
+                self.context.abort.set()
 
     def free_slots_hint(self) -> int:
         return sum(1 for slot in self.slots if slot.free)
@@ -206,10 +213,13 @@ class Scheduler:
         return freed
 
     def _place(self, job: Job, free: list[Slot]) -> None:
+        if job.background:
+            free = self._background_choice(free, len(job.seqs))
         primary, keep = self._slot_for(job, free)
         others = [slot for slot in sorted(free, key=lambda s: s.last_job) if slot is not primary][: len(job.seqs) - 1]
         for slot in (primary, *others):
             slot.last_job = job.serial
+            slot.last_interactive = not job.background
         if not self.context.keep_prefix(primary.seq_id, keep):
             self.context.clear(primary.seq_id)
             keep = 0
@@ -220,6 +230,13 @@ class Scheduler:
         job.placed_ns = time.time_ns()
         for slot in others:
             slot.job, slot.primary = job, primary
+
+    def _background_choice(self, free: list[Slot], needed: int) -> list[Slot]:
+        """The free slots a background job may take: those interactive jobs did not use last, when there are
+        enough of them. An interactive request's cache (a conversation so far, a shared system prompt) then
+        outlasts a batch whose lines would reuse it or evict it, for the request's next turn."""
+        spare = [slot for slot in free if not slot.last_interactive]
+        return spare if len(spare) >= needed else free
 
     def _slot_for(self, job: Job, free: list[Slot]) -> tuple[Slot, int]:
         """The free slot holding the longest prefix of the prompt, if it holds at least half of it; else the slot
@@ -247,18 +264,20 @@ class Scheduler:
         prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order(serving)]
         plan = plan_step(decoding, prefilling, self.settings.step_prefill)
         self.stats.steps += 1
-        if not self._pass(plan.decode, plan.prefill):
+        background = all(s.holder is not None and s.holder.background for s in serving)
+        if not self._pass(plan.decode, plan.prefill, background):
             return
         self.stats.step_seconds += time.perf_counter() - step_started
 
-    def _pass(self, decode: list[int], prefill: list[tuple[int, int]]) -> bool:
+    def _pass(self, decode: list[int], prefill: list[tuple[int, int]], background: bool) -> bool:
         """One `llama_decode` over the step's sequences, then their sampling (logits rows are only valid until
-        the next decode)."""
+        the next decode). A step of `background` jobs only may be aborted: it is then taken back, as if not run."""
         batch = self.context.batch
         batch.clear()
         rows: dict[int, int] = {}
         chunks: list[tuple[Slot, int, int]] = []
         takes = dict(prefill)
+        before = {seq_id: (len(self.slots[seq_id].cache), self.slots[seq_id].pending) for seq_id in [*decode, *takes]}
         # In sequence id order: llama.cpp computes a run of consecutive sequence ids in one pass, and starts a
         # new pass (another read of the weights) wherever the next token's id does not follow.
         for seq_id in sorted([*decode, *takes]):
@@ -271,15 +290,41 @@ class Scheduler:
         if batch.size == 0:
             return True
         decode_started = time.perf_counter()
-        if self.context.decode() != 0:
+        status = self._decode(background)
+        self.stats.decode_seconds += time.perf_counter() - decode_started
+        if status == _ABORTED:
+            self._take_back(before)
+            return True
+        if status != 0:
             self._fail_batch()
             return False
-        self.stats.decode_seconds += time.perf_counter() - decode_started
+        self.stats.prompt_tokens_evaluated += sum(takes.values())
         for seq_id, row in rows.items():
             self._sample(self.slots[seq_id], row)
         for slot, first_row, start in chunks:
             self._after_prefill_chunk(slot, first_row, start)
         return True
+
+    def _decode(self, background: bool) -> int:
+        """The step's decode; while it runs, an interactive arrival aborts a `background` one (`submit`)."""
+        with self._lock:
+            self._background_step = background
+            self.context.abort.clear()
+        try:
+            return self.context.decode()
+        finally:
+            with self._lock:
+                self._background_step = False
+
+    def _take_back(self, before: dict[int, tuple[int, list[int]]]) -> None:
+        """An aborted step, undone: each sequence's cells, cached tokens and pending prompt as before it. llama.cpp
+        removed the cells of the part it was computing, not of parts of the step it had finished."""
+        self.stats.aborted_steps += 1
+        for seq_id, (length, pending) in before.items():
+            slot = self.slots[seq_id]
+            self.context.keep_prefix(seq_id, length)
+            del slot.cache[length:]
+            slot.pending = pending
 
     def _served_now(self) -> list[Slot]:
         """The busy slots this step serves: background jobs wait while any interactive job runs."""
@@ -303,7 +348,6 @@ class Scheduler:
             last = not slot.pending and i == len(tokens) - 1
             batch.add(token, start + i, slot.seq_id, all_logits or last)
         slot.cache.extend(tokens)
-        self.stats.prompt_tokens_evaluated += len(tokens)
         return slot, first_row, start
 
     def _after_prefill_chunk(self, slot: Slot, first_row: int, start: int) -> None:

@@ -31,6 +31,7 @@ class Slot:
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
     primary: Slot | None = None  # for a secondary: the slot whose prefill it will copy
     last_job: int = 0  # the serial of the last job placed here (0: never used)
+    last_interactive: bool = False  # that job was an interactive request (background jobs leave its cache be)
 
     @property
     def free(self) -> bool:
@@ -47,6 +48,7 @@ class EngineStats:
     steps: int = 0
     prompt_tokens_evaluated: int = 0
     tokens_generated: int = 0
+    aborted_steps: int = 0  # background steps stopped for an arriving interactive job, and run again
     decode_seconds: float = 0.0  # inside llama_decode
     step_seconds: float = 0.0  # whole steps (decode + batching + sampling + text)
 

@@ -39,6 +39,12 @@ ENGINE_STATS = (
     Stat("steps", "tokenrelay_engine_steps", "Decode steps run.", counter=True),
     Stat("prompt_tokens_evaluated", "tokenrelay_engine_prompt_tokens_evaluated", "Prompt tokens run.", counter=True),
     Stat("tokens_generated", "tokenrelay_engine_tokens_generated", "Tokens sampled.", counter=True),
+    Stat(
+        "aborted_steps",
+        "tokenrelay_engine_aborted_steps",
+        "Background decode steps stopped for an arriving interactive request (and run again).",
+        counter=True,
+    ),
 )
 NODE_STATS = (
     Stat("in_flight", "tokenrelay_upstream_in_flight", "Requests in flight to an upstream node."),

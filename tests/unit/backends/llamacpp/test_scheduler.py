@@ -194,3 +194,34 @@ def test_an_interactive_job_that_finds_no_free_slot_takes_the_background_one_wit
     assert isinstance(ends["chat"], JobDone) and isinstance(ends["older"], JobDone)
     assert timeline.first("younger", JobFailed) < timeline.first("chat", TextDelta)  # the chat did not wait for a slot
     assert timeline.text("older") == alone.text("older")  # the job kept was paused, not disturbed
+
+
+@pytest.mark.parametrize("step", [1, 4], ids=["during-its-prompt", "while-decoding"])
+def test_an_interactive_arrival_aborts_a_background_step_which_runs_again_unchanged(
+    model: LlamaModel, step: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with running(model, interactive_slots=1) as scheduler:
+        alone = Timeline()
+        scheduler.submit(alone.job(model, "batch", STORY * 2, 24, background=True))
+        scheduler.submit(alone.job(model, "chat", "A short question about maps?", 6))
+        alone.until_done("batch", "chat")
+
+        timeline = Timeline()
+        chat = timeline.job(model, "chat", "A short question about maps?", 6)
+        real_decode, calls = scheduler.context.decode, []
+
+        def decode() -> int:
+            # The chat arrives while the scheduler is inside the batch job's `step`th decode.
+            calls.append(1)
+            if len(calls) == step:
+                scheduler.submit(chat)
+            return real_decode()
+
+        monkeypatch.setattr(scheduler.context, "decode", decode)
+        before = scheduler.stats.aborted_steps
+        scheduler.submit(timeline.job(model, "batch", STORY * 2, 24, background=True))
+        timeline.until_done("chat", "batch")
+        assert scheduler.stats.aborted_steps - before == 1
+    assert timeline.first("chat", JobDone) < timeline.first("batch", JobDone)
+    assert timeline.text("batch") == alone.text("batch")  # taken back and decoded again: the same greedy answer
+    assert timeline.text("chat") == alone.text("chat")

@@ -55,6 +55,7 @@ class Scheduler:
         self._serial = 0
         self._lock = threading.Lock()
         self._background_step = False  # the running decode serves background jobs only: an arrival may abort it
+        self._interactive_arrived = False  # an interactive job came since the scheduler last took its inbox
         self._thread = threading.Thread(target=self.run, name=f"llama-scheduler-{model.path.name}", daemon=True)
         self._stopping = False
 
@@ -82,8 +83,10 @@ class Scheduler:
             self._serial += 1
             job.serial = self._serial
             self._inbox.put(job)
-            if self._background_step and not job.background:
-                self.context.abort.set()
+            if not job.background:
+                self._interactive_arrived = True
+                if self._background_step:
+                    self.context.abort.set()
 
     def free_slots_hint(self) -> int:
         return sum(1 for slot in self.slots if slot.free)
@@ -142,6 +145,8 @@ class Scheduler:
         return any(not slot.free for slot in self.slots)
 
     def _receive(self, block: bool) -> None:
+        with self._lock:
+            self._interactive_arrived = False
         try:
             job = self._inbox.get(block=block and not self._waiting and not self._background)
             while True:
@@ -306,10 +311,14 @@ class Scheduler:
         return True
 
     def _decode(self, background: bool) -> int:
-        """The step's decode; while it runs, an interactive arrival aborts a `background` one (`submit`)."""
+        """The step's decode; an interactive arrival aborts a `background` one (`submit`), also one that came
+        while the step was being planned."""
         with self._lock:
             self._background_step = background
-            self.context.abort.clear()
+            if background and self._interactive_arrived:
+                self.context.abort.set()
+            else:
+                self.context.abort.clear()
         try:
             return self.context.decode()
         finally:

@@ -225,3 +225,18 @@ def test_an_interactive_arrival_aborts_a_background_step_which_runs_again_unchan
     assert timeline.first("chat", JobDone) < timeline.first("batch", JobDone)
     assert timeline.text("batch") == alone.text("batch")  # taken back and decoded again: the same greedy answer
     assert timeline.text("chat") == alone.text("chat")
+
+
+def test_background_work_leaves_the_cache_of_an_interactive_request_for_its_next_turn(model: LlamaModel) -> None:
+    with running(model, interactive_slots=0) as scheduler:
+        timeline = Timeline()
+        scheduler.submit(timeline.job(model, "chat", STORY * 3, 4))
+        timeline.until_done("chat")
+        # A line with the very same prompt could reuse the chat's slot; it takes the other one instead.
+        scheduler.submit(timeline.job(model, "batch", STORY * 3, 4, background=True))
+        timeline.until_done("batch")
+        scheduler.submit(timeline.job(model, "next turn", STORY * 3 + "The maps", 4))
+        timeline.until_done("next turn")
+    done = {name: event for name, event in timeline.seen if isinstance(event, JobDone)}
+    assert done["batch"].cached_tokens == 0
+    assert done["next turn"].cached_tokens >= done["chat"].prompt_tokens - 1

@@ -31,7 +31,3 @@ class AbortFlag:
 
     def clear(self) -> None:
         self._value.value = 0
-
-    @property
-    def is_set(self) -> bool:
-        return self._value.value != 0

@@ -282,7 +282,8 @@ class Scheduler:
         rows: dict[int, int] = {}
         chunks: list[tuple[Slot, int, int]] = []
         takes = dict(prefill)
-        before = {seq_id: (len(self.slots[seq_id].cache), self.slots[seq_id].pending) for seq_id in [*decode, *takes]}
+        # Only a background step can be aborted, so only its sequences' state is kept to take it back.
+        before = {s: (len(self.slots[s].cache), self.slots[s].pending) for s in [*decode, *takes]} if background else {}
         # In sequence id order: llama.cpp computes a run of consecutive sequence ids in one pass, and starts a
         # new pass (another read of the weights) wherever the next token's id does not follow.
         for seq_id in sorted([*decode, *takes]):

@@ -187,6 +187,8 @@ class LlamaCppBackend:
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,
             "aborted_steps": stats.aborted_steps,
+            "drafted_tokens": stats.drafted_tokens,
+            "accepted_drafts": stats.accepted_drafts,
             "decode_seconds": round(stats.decode_seconds, 3),
             "step_seconds": round(stats.step_seconds, 3),
             **embedding,

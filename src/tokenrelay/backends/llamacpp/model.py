@@ -137,6 +137,12 @@ class LlamaModel:
     def add_bos(self) -> bool:
         return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
 
+    @property
+    def recurrent(self) -> bool:
+        """The model keeps a running state rather than per-token cells (Mamba, RWKV, hybrids): its cache cannot
+        be cut back to an earlier position."""
+        return bool(llama_cpp.llama_model_is_recurrent(self.ptr) or llama_cpp.llama_model_is_hybrid(self.ptr))
+
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 

@@ -22,6 +22,7 @@ from collections import deque
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
 from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.drafts import DraftCosts, lookup_draft
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished
 from tokenrelay.backends.llamacpp.model import LlamaModel
@@ -46,6 +47,7 @@ class Scheduler:
         self.context = LlamaContext(model, settings)
         self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
         self.stats = EngineStats()
+        self.draft_costs = DraftCosts(most_rows=1 + settings.draft_tokens)
         self.kernels_invariant: bool | None = None  # measured by the scheduler thread before its first step
         self._probed = threading.Event()
         self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
@@ -279,9 +281,12 @@ class Scheduler:
         the next decode). A step of `background` jobs only may be aborted: it is then taken back, as if not run."""
         batch = self.context.batch
         batch.clear()
-        rows: dict[int, int] = {}
+        rows: dict[int, list[int]] = {}  # a decoding sequence's rows: its next token's, then its drafts'
+        drafts: dict[int, list[int]] = {}
         chunks: list[tuple[Slot, int, int]] = []
         takes = dict(prefill)
+        width = len(decode) + sum(takes.values())  # the step's rows without guesses
+        room, planned = self._draft_room(width), width
         # Only a background step can be aborted, so only its sequences' state is kept to take it back.
         before = {s: (len(self.slots[s].cache), self.slots[s].pending) for s in [*decode, *takes]} if background else {}
         # In sequence id order: llama.cpp computes a run of consecutive sequence ids in one pass, and starts a
@@ -291,13 +296,19 @@ class Scheduler:
             if seq_id in takes:
                 chunks.append(self._add_prompt_chunk(slot, takes[seq_id]))
             else:
-                rows[seq_id] = batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)
+                rows[seq_id] = [batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)]
                 slot.cache.append(slot.seq.next_token)
+                drafts[seq_id] = self._draft(slot, room, width, planned)
+                room -= len(drafts[seq_id])
+                planned += len(drafts[seq_id])
+                # A draft's cells are written but it joins the cache only once the sampler draws it.
+                rows[seq_id] += [batch.add(t, len(slot.cache) + i, seq_id, True) for i, t in enumerate(drafts[seq_id])]
         if batch.size == 0:
             return True
         decode_started = time.perf_counter()
         status = self._decode(background)
-        self.stats.decode_seconds += time.perf_counter() - decode_started
+        decode_seconds = time.perf_counter() - decode_started
+        self.stats.decode_seconds += decode_seconds
         if status == _ABORTED:
             self._take_back(before)
             return True
@@ -305,11 +316,48 @@ class Scheduler:
             self._fail_batch()
             return False
         self.stats.prompt_tokens_evaluated += sum(takes.values())
-        for seq_id, row in rows.items():
-            self._sample(self.slots[seq_id], row)
+        self.draft_costs.observe(batch.size, decode_seconds)
+        for seq_id, seq_rows in rows.items():
+            self._sample_run(self.slots[seq_id], seq_rows, drafts[seq_id])
         for slot, first_row, start in chunks:
             self._after_prefill_chunk(slot, first_row, start)
         return True
+
+    def _draft_room(self, rows: int) -> int:
+        """Draft tokens a step may carry: they fill a narrow step up to `1 + draft_tokens` rows. One more row of a
+        lone sequence costs a fraction of the step (the weights are read once for all rows), while a wide step
+        is already paying for every row it has. A recurrent model's state cannot drop a wrong guess: no drafts."""
+        if self.model.recurrent:
+            return 0
+        return max(0, min(1 + self.settings.draft_tokens, self.context.batch.capacity) - rows)
+
+    def _draft(self, slot: Slot, room: int, width: int, rows: int) -> list[int]:
+        """Guesses of the tokens after the sequence's next one (`drafts`), within its token and context limits, as
+        many as are worth their rows in a step of `width` rows without guesses and `rows` so far."""
+        seq = slot.seq
+        limit = min(room, seq.plan.max_tokens - seq.generated - 1, self.context.n_ctx_seq - len(slot.cache))
+        drafted = lookup_draft(slot.cache, limit)
+        drafted = drafted[: self.draft_costs.worth(seq.odds.rate, width, rows, len(drafted))]
+        self.stats.drafted_tokens += len(drafted)
+        return drafted
+
+    def _sample_run(self, slot: Slot, rows: list[int], drafts: list[int]) -> None:
+        """Draw the sequence's tokens from its rows in order: each draft the sampler draws anyway joins the cache
+        and the next row is drawn from; at the first it does not (or once the sequence ends), the cells of the
+        rest are dropped. The draws are those single steps would have made (see `drafts`)."""
+        seq, right = slot.seq, 0
+        for row, draft in zip(rows, [*drafts, None], strict=True):
+            draw = seq.sampler.sample(self.context.ptr, row)
+            self._take(slot, draw)
+            if slot.seq is None or draw.token != draft:
+                break
+            slot.cache.append(draft)
+            right += 1
+        if drafts:
+            self.stats.accepted_drafts += right
+            seq.odds.right += right
+            seq.odds.checked += min(len(drafts), right + 1)  # the right ones and the first wrong one, if any
+            self.context.keep_prefix(slot.seq_id, len(slot.cache))
 
     def _decode(self, background: bool) -> int:
         """The step's decode; an interactive arrival aborts a `background` one (`submit`), also one that came

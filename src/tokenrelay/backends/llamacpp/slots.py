@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokenrelay.backends.llamacpp.drafts import Odds
 from tokenrelay.backends.llamacpp.jobs import Job, SeqPlan
 from tokenrelay.backends.llamacpp.sampling import TokenSampler
 from tokenrelay.backends.llamacpp.textstream import TextStream
@@ -18,6 +19,7 @@ class Sequence:
     generated: int = 0
     score: float = 0.0
     next_token: int | None = None
+    odds: Odds = field(default_factory=Odds)  # how often its guesses (`drafts`) were right
 
 
 @dataclass(eq=False)
@@ -49,6 +51,8 @@ class EngineStats:
     prompt_tokens_evaluated: int = 0
     tokens_generated: int = 0
     aborted_steps: int = 0  # background steps stopped for an arriving interactive job, and run again
+    drafted_tokens: int = 0  # guesses decoded beside a sequence's token (`drafts`)
+    accepted_drafts: int = 0  # of those, the ones the sampler drew anyway
     decode_seconds: float = 0.0  # inside llama_decode
     step_seconds: float = 0.0  # whole steps (decode + batching + sampling + text)
 

@@ -45,6 +45,8 @@ ENGINE_STATS = (
         "Background decode steps stopped for an arriving interactive request (and run again).",
         counter=True,
     ),
+    Stat("drafted_tokens", "tokenrelay_engine_drafted_tokens", "Prompt-lookup guesses decoded.", counter=True),
+    Stat("accepted_drafts", "tokenrelay_engine_accepted_drafts", "Guesses the sampler drew anyway.", counter=True),
 )
 NODE_STATS = (
     Stat("in_flight", "tokenrelay_upstream_in_flight", "Requests in flight to an upstream node."),

@@ -64,7 +64,9 @@ class DraftCosts:
         known = self.seconds.get(rows)
         if known is not None:
             return known
-        return self.seconds.get(1, 1.0) * (1 + UNTRIED_ROW * (rows - 1))
+        # Before any one-row step (the first steps may be prompts), the cheapest step seen stands in for one.
+        one_row = self.seconds.get(1) or min(self.seconds.values(), default=1.0)
+        return one_row * (1 + UNTRIED_ROW * (rows - 1))
 
     def worth(self, rate: float, width: int, rows: int, limit: int) -> int:
         """How many guesses (up to `limit`) a sequence should add to a step of `rows` rows, `width` of them without

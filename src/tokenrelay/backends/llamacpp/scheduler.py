@@ -47,7 +47,11 @@ class Scheduler:
         self.context = LlamaContext(model, settings)
         self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
         self.stats = EngineStats()
-        self.draft_costs = DraftCosts(most_rows=1 + settings.draft_tokens)
+        # Guesses (`drafts`) fill a narrow step up to this many rows: one more row of a lone sequence costs a fraction
+        # of the step (the weights are read once for all rows), while a wide step already pays for every row it has.
+        # A recurrent model's state cannot drop a wrong guess, so its steps carry none.
+        self._draft_rows = 1 if model.recurrent else min(1 + settings.draft_tokens, self.context.batch.capacity)
+        self.draft_costs = DraftCosts(most_rows=self._draft_rows)
         self.kernels_invariant: bool | None = None  # measured by the scheduler thread before its first step
         self._probed = threading.Event()
         self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
@@ -286,7 +290,7 @@ class Scheduler:
         chunks: list[tuple[Slot, int, int]] = []
         takes = dict(prefill)
         width = len(decode) + sum(takes.values())  # the step's rows without guesses
-        room, planned = self._draft_room(width), width
+        planned = width  # and with those added so far
         # Only a background step can be aborted, so only its sequences' state is kept to take it back.
         before = {s: (len(self.slots[s].cache), self.slots[s].pending) for s in [*decode, *takes]} if background else {}
         # In sequence id order: llama.cpp computes a run of consecutive sequence ids in one pass, and starts a
@@ -298,8 +302,7 @@ class Scheduler:
             else:
                 rows[seq_id] = [batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)]
                 slot.cache.append(slot.seq.next_token)
-                drafts[seq_id] = self._draft(slot, room, width, planned)
-                room -= len(drafts[seq_id])
+                drafts[seq_id] = self._draft(slot, width, planned)
                 planned += len(drafts[seq_id])
                 # A draft's cells are written but it joins the cache only once the sampler draws it.
                 rows[seq_id] += [batch.add(t, len(slot.cache) + i, seq_id, True) for i, t in enumerate(drafts[seq_id])]
@@ -323,18 +326,12 @@ class Scheduler:
             self._after_prefill_chunk(slot, first_row, start)
         return True
 
-    def _draft_room(self, rows: int) -> int:
-        """Draft tokens a step may carry: they fill a narrow step up to `1 + draft_tokens` rows. One more row of a
-        lone sequence costs a fraction of the step (the weights are read once for all rows), while a wide step
-        is already paying for every row it has. A recurrent model's state cannot drop a wrong guess: no drafts."""
-        if self.model.recurrent:
-            return 0
-        return max(0, min(1 + self.settings.draft_tokens, self.context.batch.capacity) - rows)
-
-    def _draft(self, slot: Slot, room: int, width: int, rows: int) -> list[int]:
-        """Guesses of the tokens after the sequence's next one (`drafts`), within its token and context limits, as
-        many as are worth their rows in a step of `width` rows without guesses and `rows` so far."""
+    def _draft(self, slot: Slot, width: int, rows: int) -> list[int]:
+        """Guesses of the tokens after the sequence's next one (`drafts`), within the step's room for them and the
+        sequence's token and context limits, as many as are worth their rows in a step of `width` rows without
+        guesses and `rows` so far."""
         seq = slot.seq
+        room = self._draft_rows - rows
         limit = min(room, seq.plan.max_tokens - seq.generated - 1, self.context.n_ctx_seq - len(slot.cache))
         drafted = lookup_draft(slot.cache, limit)
         drafted = drafted[: self.draft_costs.worth(seq.odds.rate, width, rows, len(drafted))]

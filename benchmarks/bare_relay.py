@@ -37,9 +37,9 @@ class BareRelay:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
+        from tokenrelay.api.parsing import read_body
         from tokenrelay.backends.upstream.http1 import Pool
         from tokenrelay.jsonbytes import dumps
-        from tokenrelay.openai.parsing import read_body
 
         if self.pool is None:
             self.pool = Pool(f"http://127.0.0.1:{self.node_port}/v1", {}, 5.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from tokenrelay.api.server import services_of
 from tokenrelay.auth.bearer import bearer_token
 from tokenrelay.auth.loopback import is_loopback
 from tokenrelay.errors import AuthenticationError, PermissionDenied
@@ -21,13 +22,13 @@ async def require_admin(request: Request) -> None:
     token = bearer_token(request)
     if token is None:
         raise AuthenticationError("An admin API key is required (Authorization: Bearer <key>).")
-    principal = await request.app.state.services.verifier.verify(token)
+    principal = await services_of(request).verifier.verify(token)
     if principal is None or not principal.admin:
         raise PermissionDenied("This endpoint needs an admin key.")
 
 
 async def _keyless_on_loopback(request: Request) -> bool:
-    services = request.app.state.services
+    services = services_of(request)
     settings = services.settings
     if settings.admin_key is not None or not is_loopback(settings.host):
         return False

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import PlainTextResponse, Response
 
 from tokenrelay.admin.guard import require_admin
+from tokenrelay.api.server import services_of
 from tokenrelay.observability.metrics import CONTENT_TYPE_LATEST
 
 router = APIRouter()
@@ -13,7 +14,7 @@ router = APIRouter()
 
 @router.get("/metrics", response_class=PlainTextResponse, response_description="Prometheus text format.")
 async def metrics(request: Request) -> Response:
-    services = request.app.state.services
+    services = services_of(request)
     if services.settings.metrics_require_admin:
         await require_admin(request)
     return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)

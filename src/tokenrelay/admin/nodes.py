@@ -16,12 +16,13 @@ from pydantic import Field
 from starlette.responses import JSONResponse, Response
 
 from tokenrelay.admin.guard import require_admin
+from tokenrelay.api.parsing import validate_json
+from tokenrelay.api.server import services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
-from tokenrelay.backends.upstream.backend import RoutedBackend
+from tokenrelay.backends.base import NodeBacked
 from tokenrelay.config import UpstreamSettings
 from tokenrelay.errors import InvalidRequest, NotFound
-from tokenrelay.openai.parsing import validate_json
 
 router = APIRouter(prefix="/admin/nodes", dependencies=[Depends(require_admin)], responses=error_responses(401, 403))
 
@@ -35,11 +36,11 @@ class NodeRegistration(UpstreamSettings):
         return UpstreamSettings.model_validate(self.model_dump(exclude={"model_id"}))
 
 
-def _routed(request: Request) -> list[RoutedBackend]:
-    return [b for b in request.app.state.services.registry.all() if isinstance(b, RoutedBackend)]
+def _routed(request: Request) -> list[NodeBacked]:
+    return [b for b in services_of(request).registry.all() if isinstance(b, NodeBacked)]
 
 
-def _listing(backend: RoutedBackend, names: list[str] | None = None) -> list[dict[str, Any]]:
+def _listing(backend: NodeBacked, names: list[str] | None = None) -> list[dict[str, Any]]:
     return [
         {"model_id": backend.card.id} | node.status()
         for name, node in backend.nodes.items()
@@ -48,8 +49,8 @@ def _listing(backend: RoutedBackend, names: list[str] | None = None) -> list[dic
 
 
 def _serves(request: Request, model_id: str, name: str) -> bool:
-    backend = request.app.state.services.registry.find(model_id)
-    return isinstance(backend, RoutedBackend) and name in backend.nodes
+    backend = services_of(request).registry.find(model_id)
+    return isinstance(backend, NodeBacked) and name in backend.nodes
 
 
 @router.get("")
@@ -66,7 +67,7 @@ async def list_nodes(request: Request) -> JSONResponse:
 async def register_node(request: Request) -> JSONResponse:
     registration = validate_json(NodeRegistration, await request.body())
     upstream, model_id = registration.upstream(), registration.model_id
-    nodes = request.app.state.services.nodes
+    nodes = services_of(request).nodes
     if upstream.api_key is not None and not nodes.store.seal.available:
         raise InvalidRequest(
             "A node with an `api_key` needs the server's admin key (TOKENRELAY_ADMIN_KEY) configured: "
@@ -78,14 +79,14 @@ async def register_node(request: Request) -> JSONResponse:
     replaced = _serves(request, model_id, upstream.label)
     replaced = await nodes.store.put(model_id, upstream) or replaced
     await nodes.refresh()
-    backend = request.app.state.services.registry.get(model_id)
+    backend = services_of(request).registry.get(model_id)
     return JSONResponse(_listing(backend, [upstream.label])[0], status_code=200 if replaced else 201)
 
 
 @router.delete("/{name}", status_code=204, responses=error_responses(404))
 async def remove_node(name: str, request: Request, model_id: str | None = None) -> Response:
     """Remove the registered node `name` from every model it serves, or from `model_id` only."""
-    nodes = request.app.state.services.nodes
+    nodes = services_of(request).nodes
     if not await nodes.store.delete(name, model_id):
         where = f" for model {model_id!r}" if model_id else ""
         config_file = "nodes of the config file go only when removed from it"

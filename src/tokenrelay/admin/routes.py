@@ -10,11 +10,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import JSONResponse
 
 from tokenrelay.admin.guard import require_admin
+from tokenrelay.api.parsing import validate_json
+from tokenrelay.api.server import services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
 from tokenrelay.auth.keyspec import KeyCreate
 from tokenrelay.errors import InvalidRequest
-from tokenrelay.openai.parsing import validate_json
 from tokenrelay.store.timeutil import parse_instant, utcnow
 from tokenrelay.usage.report import GROUPINGS, UsageQuery, usage_report
 from tokenrelay.usage.series import DEFAULT_LIMIT, MAX_LIMIT, SERIES_GROUPINGS, SeriesQuery, usage_series
@@ -32,7 +33,7 @@ Instant = Annotated[
 
 
 def _accounting(request: Request) -> Any:
-    return request.app.state.services.accounting
+    return services_of(request).accounting
 
 
 @router.post("/keys", status_code=201, openapi_extra=json_body(KeyCreate), responses=error_responses(400, 409))

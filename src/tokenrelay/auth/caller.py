@@ -10,6 +10,7 @@ from __future__ import annotations
 from starlette.types import Scope
 
 from tokenrelay.auth.dialects import Dialects
+from tokenrelay.auth.verifier import KeyVerifier
 
 PROTECTED = "/v1"
 # The principal an in-process caller (the batch runner) acts for, in the scope's `extensions`: the key that made
@@ -23,15 +24,12 @@ def protected(path: str) -> bool:
     return path == PROTECTED or path.startswith(PROTECTED + "/") or path in ALSO_PROTECTED
 
 
-async def authenticate(scope: Scope, dialects: Dialects) -> None:
+async def authenticate(scope: Scope, dialects: Dialects, verifier: KeyVerifier) -> None:
     """Puts the caller of a request to a protected path in its state as its `Principal` (`state["principal"]`):
     the principal an in-process caller acts for, or else the owner of the key the request carries. Raises the
-    `APIError` that refuses the request (401, or 503 while keys cannot be checked); other paths pass as they are."""
-    path = scope["path"]
-    if not protected(path):
-        return
+    `APIError` that refuses the request (401, or 503 while keys cannot be checked). The gate asks only for paths
+    that are `protected`."""
     principal = (scope.get("extensions") or {}).get(ACTING_FOR)
     if principal is None:
-        verifier = scope["app"].state.services.verifier
-        principal = await verifier.authenticate(dialects.of(path).key(scope))
+        principal = await verifier.authenticate(dialects.of(scope["path"]).key(scope))
     scope.setdefault("state", {})["principal"] = principal

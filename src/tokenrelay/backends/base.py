@@ -8,13 +8,14 @@ upstream nodes share one renderer, one ledger and one set of metrics.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from tokenrelay.jsonbytes import dumps
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
@@ -106,6 +107,7 @@ class Served:
     node: str | None  # None: a model's engine alone (a fallback on its engine names no member)
     kind: str
     model: str | None = None  # the fallback model that served, when not the model asked for
+    fingerprint: str | None = None  # that fallback's `system_fingerprint`
 
 
 @dataclass(slots=True)
@@ -200,3 +202,82 @@ class Backend(Protocol):
     def ready(self) -> bool: ...
 
     def status(self) -> dict[str, object]: ...
+
+
+# Capabilities some backends have beyond `Backend`: the API edge asks for them with `isinstance` on these
+# protocols, never on a backend's class.
+
+# The APIs a node may serve itself, relayed as the client sent them (`backends/upstream/native.py`).
+NativeApi = Literal["responses", "messages"]
+
+
+@dataclass(frozen=True, slots=True)
+class NativeRequest:
+    """A request to relay as sent: its API, the client's JSON body, the client's headers the node should get,
+    and the same request as chat (what prefix affinity keys on, and what a usage estimate counts); `node` names
+    the only node that may answer (the one that keeps the response a request continues)."""
+
+    api: NativeApi
+    body: dict[str, Any]
+    chat: ChatCompletionRequest
+    headers: dict[str, str] = field(default_factory=dict)
+    node: str | None = None
+
+    @property
+    def path(self) -> str:
+        return f"/{self.api}"  # under the node's URL, which ends at /v1
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    def payload(self, node_model: str) -> bytes:
+        return dumps({**self.body, "model": node_model})
+
+
+@runtime_checkable
+class NativeRelay(Protocol):
+    """A backend whose nodes may answer the Responses or Messages API themselves (a model's nodes, or a call's
+    model with fallbacks)."""
+
+    def relays(self, api: NativeApi) -> bool:
+        """Whether requests to `api` go to the nodes as sent."""
+        ...
+
+    def relay(self, request: NativeRequest, request_id: str) -> AsyncIterator[Events]:
+        """The node's answer: `Raw` pieces, then the usage."""
+        ...
+
+
+class NodeStatus(Protocol):
+    def status(self) -> dict[str, object]: ...
+
+
+@runtime_checkable
+class NodeBacked(Backend, NativeRelay, Protocol):
+    """A model served by upstream nodes, which the gateway can list and ask directly."""
+
+    @property
+    def nodes(self) -> Mapping[str, NodeStatus]: ...
+
+    async def fetch(self, node_name: str, method: str, path: str, request_id: str) -> tuple[int, bytes]:
+        """The answer of one node to a bodiless request (a read of what it keeps)."""
+        ...
+
+    async def count_natively(self, request: NativeRequest, request_id: str) -> int:
+        """A node's own count of a request in an API it serves itself."""
+        ...
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """A backend with the model's own tokenizer in process (the embedded engine)."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+    async def chat_tokens(self, request: ChatCompletionRequest, *, opened: bool = True) -> list[int]: ...

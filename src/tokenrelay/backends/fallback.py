@@ -20,9 +20,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple, TypeVar
 
-from tokenrelay.backends.base import Backend, Embeddings, Events, PromptCount, Served, Ticket
-from tokenrelay.backends.upstream.backend import RoutedBackend
-from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
+from tokenrelay.backends.base import (
+    Backend,
+    Embeddings,
+    Events,
+    NativeApi,
+    NativeRelay,
+    NativeRequest,
+    PromptCount,
+    Served,
+    Ticket,
+)
 from tokenrelay.calls.record import aclose_quietly
 from tokenrelay.config import ModelSettings
 from tokenrelay.errors import APIError
@@ -85,7 +93,6 @@ class Fallbacks:
 
 
 # Told which fallback serves, before its first batch goes out: the endpoint has its answer name that model.
-Naming = Callable[[Candidate], None]
 # Whether a fallback may serve this request (an embedding model for embeddings, a native relay for a relay).
 Eligible = Callable[[Candidate], bool]
 
@@ -97,7 +104,6 @@ class FallbackBackend:
         self.primary = Candidate(model_id, backend)
         self.fallbacks = fallbacks
         self.kind = backend.kind
-        self.naming: Naming | None = None
         # Admission bounds a request without max_tokens by the context; a context fallback's may be longer.
         self.card = replace(backend.card, context_length=_longest([backend, *self._reachable()]))
 
@@ -130,15 +136,15 @@ class FallbackBackend:
     # and who stores a Responses object). A request that continues a response kept on one node stays there.
     def relays(self, api: NativeApi) -> bool:
         backend = self.primary.backend
-        return isinstance(backend, RoutedBackend) and backend.relays(api)
+        return isinstance(backend, NativeRelay) and backend.relays(api)
 
     def relay(self, request: NativeRequest, request_id: str) -> AsyncIterator[Events]:
         def eligible(candidate: Candidate) -> bool:
             backend = candidate.backend
-            return request.node is None and isinstance(backend, RoutedBackend) and backend.relays(request.api)
+            return request.node is None and isinstance(backend, NativeRelay) and backend.relays(request.api)
 
         def relay(backend: Backend) -> AsyncIterator[Events]:
-            assert isinstance(backend, RoutedBackend)  # the primary relays (`relays`), fallbacks are eligible
+            assert isinstance(backend, NativeRelay)  # the primary relays (`relays`), fallbacks are eligible
             return backend.relay(request, request_id)
 
         return self._serve(relay, eligible)
@@ -161,12 +167,11 @@ class FallbackBackend:
     def _announce(self, served: Candidate, first: Events) -> Events:
         """The first batch, saying which model serves: on the member's `Served` when it has one, else on a new
         one (a model on its engine alone names no member)."""
-        if self.naming is not None:
-            self.naming(served)
+        fingerprint = served.backend.fingerprint()
         if first and isinstance(first[0], Served):
-            first[0].model = served.model
+            first[0].model, first[0].fingerprint = served.model, fingerprint
             return first
-        return [Served(None, served.backend.kind, served.model), *first]
+        return [Served(None, served.backend.kind, served.model, fingerprint), *first]
 
     async def _first(self, ask: Callable[[Backend], Awaitable[T]], eligible: Eligible) -> tuple[Candidate, T]:
         """The first candidate that answers `ask`, and its answer."""
@@ -204,12 +209,6 @@ class FallbackBackend:
 
     def status(self) -> dict[str, object]:
         return self.primary.backend.status()
-
-
-def naming(backend: Backend, name: Naming) -> None:
-    """Have `name` told which fallback serves the call, if one does (`backend` is what admission returned)."""
-    if isinstance(backend, FallbackBackend):
-        backend.naming = name
 
 
 def embeds(settings: ModelSettings | None, request: EmbeddingRequest) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from tokenrelay.backends.base import (
     ToolCallDelta,
     Usage,
 )
+from tokenrelay.backends.tokens import event_tokens
 from tokenrelay.errors import APIError
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ class Call:
     captured: list[str] | None = None  # the generated text, gathered only when traces capture content
     batch_id: str | None = None  # the batch this call is a line of
     served_model: str | None = None  # the fallback model that served `model`, if one did
+    # Told of a fallback's `Served` as it passes, before the batch is rendered: the answer names the model.
+    on_served: Callable[[Served], None] | None = None
     cost: int = 0  # micro-units of the settings' currency, at the serving model's (or node's) prices
     priced: bool = False  # the serving model has prices (an unpriced one costs 0)
     ticket: Ticket = field(init=False)  # what the backend is handed, and what it reports back on the way out
@@ -84,12 +87,12 @@ class Call:
 
     def saw(self, event: Event) -> None:
         if isinstance(event, TextDelta | ToolCallDelta):
-            self.tokens_seen += _tokens_in(event)
+            self.tokens_seen += event_tokens(event)
             if self.captured is not None and isinstance(event, TextDelta):
                 self.captured.append(event.text)
             self._token_at(time.monotonic())
         elif isinstance(event, TextRun):
-            self.tokens_seen += len(event.texts)
+            self.tokens_seen += event_tokens(event)
             if self.captured is not None:
                 self.captured.extend(event.texts)
             self._token_at(time.monotonic())
@@ -103,6 +106,8 @@ class Call:
             self.node, self.backend = event.node, event.kind
             if event.model is not None:
                 self.served_model = event.model
+                if self.on_served is not None:
+                    self.on_served(event)
         elif isinstance(event, Raw) and self.first_token_at is None:
             self.first_token_at = time.monotonic()  # a node's own answer began: its first output, as near as known
 
@@ -127,20 +132,10 @@ class Call:
             self.usage = Usage(completion_tokens=self.tokens_seen, estimated=True)
 
 
-def _tokens_in(event: TextDelta | ToolCallDelta) -> int:
-    # With logprobs each token is listed; otherwise a delta is released per generated token that completes
-    # some text, which undercounts only tokens that end mid-character or inside a held-back stop string.
-    if isinstance(event, ToolCallDelta):
-        return 1 if event.arguments or event.name else 0
-    if event.logprobs:
-        return len(event.logprobs)
-    return 1 if event.text else 0
-
-
 async def observed(batches: AsyncIterator[Events], call: Call) -> AsyncIterator[Events]:
     """Pass a backend's batches through, recording their events on `call`; however they end, the call then
     has its end time and its usage (estimated where the backend reported none). Reporting it is the
-    response's (`openai/serving.py`)."""
+    response's (`api/lifecycle.py`)."""
     try:
         async for events in batches:
             for event in events:

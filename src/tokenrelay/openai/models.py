@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
-from tokenrelay.auth.principal import Principal
 from tokenrelay.backends.base import Backend
 from tokenrelay.errors import ModelNotFound
 
@@ -20,26 +20,22 @@ def model_body(backend: Backend) -> dict[str, Any]:
     return {"id": card.id, "object": "model", "created": card.created, "owned_by": card.owned_by}
 
 
-def caller(request: Request) -> Principal:
-    return request.state.principal  # set by the app's `Gate` on every /v1 request
-
-
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
-    backends = [b for b in request.app.state.services.registry.all() if caller(request).may_use(b.card.id)]
+    backends = [b for b in services_of(request).registry.all() if caller_of(request).may_use(b.card.id)]
     return JSONResponse({"object": "list", "data": [model_body(b) for b in backends]})
 
 
 @router.get("/v1/models/{model_id:path}", responses=error_responses(404))
 async def get_model(model_id: str, request: Request) -> JSONResponse:
-    if not caller(request).may_use(model_id):
+    if not caller_of(request).may_use(model_id):
         raise ModelNotFound(model_id)
-    return JSONResponse(model_body(request.app.state.services.registry.get(model_id)))
+    return JSONResponse(model_body(services_of(request).registry.get(model_id)))
 
 
 @router.get("/health", responses={503: {"description": "Some model is not ready yet (same body)."}})
 async def health(request: Request) -> JSONResponse:
-    services = request.app.state.services
+    services = services_of(request)
     ready = services.ready()
     body = {"status": "ok" if ready else "starting", "models": services.model_status()}
     return JSONResponse(body, status_code=200 if ready else 503)

@@ -8,18 +8,19 @@ evaluate for them, so a gateway in front of this server can count a chat request
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import ConfigDict, Field, RootModel
 from starlette.responses import JSONResponse
 
+from tokenrelay.api.parsing import validate_json
+from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
+from tokenrelay.backends.base import Tokenizer
 from tokenrelay.errors import InvalidRequest, ModelNotFound
 from tokenrelay.jsonbytes import dumps
-from tokenrelay.openai.models import caller
-from tokenrelay.openai.parsing import validate_json
 from tokenrelay.protocol.chat import ChatCompletionRequest, Message, NamedToolChoice, Tool, needs_list
 from tokenrelay.protocol.common import WireModel
 
@@ -61,11 +62,11 @@ class DetokenizeRequest(WireModel):
     tokens: list[Annotated[int, Field(ge=0)]]
 
 
-def _tokenizer(request: Request, model: str) -> Any:
-    if not caller(request).may_use(model):
+def _tokenizer(request: Request, model: str) -> Tokenizer:
+    if not caller_of(request).may_use(model):
         raise ModelNotFound(model)
-    backend = request.app.state.services.registry.get(model)
-    if not hasattr(backend, "tokenize"):
+    backend = services_of(request).registry.get(model)
+    if not isinstance(backend, Tokenizer):
         raise InvalidRequest(f"The model `{model}` is served by a backend without a local tokenizer.", param="model")
     return backend
 

@@ -20,10 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tokenrelay.auth.caller import authenticate
+from tokenrelay.api.direct_route import DirectRoute
+from tokenrelay.api.server import services_of
+from tokenrelay.auth.caller import authenticate, protected
 from tokenrelay.auth.dialects import Dialects
 from tokenrelay.calls.request_ids import assign_request_id, id_header, sending_id
-from tokenrelay.openai.direct_route import DirectRoute
 from tokenrelay.server.failures import failure_response
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -46,7 +47,8 @@ class Gate:
         request_id = assign_request_id(scope)
         handler = self.direct.get(scope["path"]) if scope["method"] == "POST" else None
         try:
-            await authenticate(scope, self.dialects)
+            if protected(scope["path"]):
+                await authenticate(scope, self.dialects, services_of(scope).verifier)
             response = None if handler is None else await handler(Request(scope, receive))
         except Exception as exc:  # a refusal, or a direct route's failure
             response = failure_response(self.dialects, scope["path"], exc)

@@ -6,7 +6,7 @@ import gc
 
 # Container allocations (net of frees) between two young-generation collections; CPython's default is 700.
 # Requests in flight keep a few thousand objects alive, which at 700 the collector walks and promotes every
-# few requests; request handling makes almost no reference cycles (see `tokenrelay.openai.disconnect`), so
+# few requests; request handling makes almost no reference cycles (see `tokenrelay.api.disconnect`), so
 # collecting less often keeps little garbage around for longer.
 YOUNG_THRESHOLD = 10_000
 

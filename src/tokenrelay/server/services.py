@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Tracer
 from starlette.requests import Request
 
+from tokenrelay.api.server import caller_of
 from tokenrelay.auth.principal import Principal
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
@@ -26,7 +27,7 @@ from tokenrelay.calls.batch_line import batch_of
 from tokenrelay.calls.record import Call
 from tokenrelay.calls.reporting import FinishedCalls
 from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
-from tokenrelay.errors import AuthenticationError, ModelNotFound
+from tokenrelay.errors import ModelNotFound
 from tokenrelay.limits.cost import Admitted
 from tokenrelay.observability.metrics import Metrics
 from tokenrelay.observability.metrics.batches import BatchProgress
@@ -186,10 +187,7 @@ class Services:
     # Call accounting: the seam for the ledger, metrics and request logs -------------------------------
     def begin_call(self, call: Call, request: Request) -> None:
         """The caller was authenticated (by the app's `Gate`) before the body was read."""
-        principal = request.scope.get("state", {}).get("principal")  # not `request.state` (see `request_id_of`)
-        if principal is None:  # never serve a /v1 route the middleware did not see
-            raise AuthenticationError("This request was not authenticated.")
-        self.accounting.begin(call, principal)
+        self.accounting.begin(call, caller_of(request))
         call.batch_id = batch_of(request.scope)
         call.ticket.background = call.batch_id is not None  # batch lines yield to interactive requests
         if self.tracing is not None:
@@ -239,7 +237,7 @@ class Services:
         return self.registry.get(model_id)
 
     def end_call(self, call: Call) -> None:
-        """Report a finished call to the log, metrics and ledger (`openai.serving.run_call` ends each call once)."""
+        """Report a finished call to the log, metrics and ledger (`api.lifecycle.run_call` ends each call once)."""
         if call.span is not None:
             genai.finish(call.span, call)
             call.span.end()

@@ -12,7 +12,7 @@ import pytest
 from upstream_fakes import ON_ASYNCIO
 
 from tokenrelay.backends.base import Embeddings, Events, ModelCard, Served, TextDelta, Ticket
-from tokenrelay.backends.fallback import Candidate, FallbackBackend, Fallbacks, naming
+from tokenrelay.backends.fallback import FallbackBackend, Fallbacks
 from tokenrelay.config import ModelSettings
 from tokenrelay.errors import APIError, InvalidRequest, Overloaded, UpstreamError
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -99,13 +99,12 @@ async def test_a_model_that_serves_is_answered_as_it_is() -> None:
 async def test_a_model_that_cannot_serve_passes_the_request_to_its_first_fallback_that_can(error: APIError) -> None:
     a, b, c = Fake("a", error=error), Fake("b", error=Overloaded("busy too")), Fake("c", member="n3")
     backend = wrapped([a, b, c], [model("a", fallbacks=["b", "c"]), model("b"), model("c")])
-    named: list[Candidate] = []
-    naming(backend, named.append)
     batches = await answer(backend)
     assert texts(batches) == "c!" and (a.asked, b.asked, c.asked) == (1, 1, 1)
-    # The member's own `Served` now names the serving model too; the endpoint was told before the first batch.
+    # The member's own `Served` now names the serving model and its fingerprint, in the first batch.
     assert [(s.node, s.model) for s in served(batches)] == [("n3", "c")]
-    assert [(n.model, n.backend.fingerprint()) for n in named] == [("c", "fp-c")]
+    assert [(s.model, s.fingerprint) for s in served(batches)] == [("c", "fp-c")]
+    assert isinstance(batches[0][0], Served)
 
 
 async def test_an_engine_fallback_is_announced_without_a_member() -> None:

@@ -9,9 +9,8 @@ import pytest
 from aiohttp import web
 from upstream_fakes import ON_ASYNCIO, REFUSE, FakeNodes, answer, chat, drain, nodes_fixture
 
-from tokenrelay.backends.base import Raw, Served
+from tokenrelay.backends.base import NativeRequest, Raw, Served
 from tokenrelay.backends.fallback import FallbackBackend, Fallbacks
-from tokenrelay.backends.upstream.native import NativeRequest
 from tokenrelay.config import ModelSettings
 from tokenrelay.errors import APIError
 

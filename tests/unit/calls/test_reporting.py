@@ -50,7 +50,7 @@ class RecordingTransport:
 
 @on_both_loops
 async def test_a_write_held_before_a_call_is_reported_goes_out_before_its_observers_run() -> None:
-    """What lets a call be reported after its response's last write (`openai.serving.Ending`): the held
+    """What lets a call be reported after its response's last write (`api.lifecycle.Ending`): the held
     write's flush was queued first, so the bytes leave before the log line, metrics and ledger row are made."""
     order: list[str] = []
     transport = TurnBufferedTransport(RecordingTransport(order), asyncio.get_running_loop())  # type: ignore[arg-type]

@@ -9,12 +9,12 @@ from typing import Any
 
 from event_loops import ON_BOTH_LOOPS
 
+from tokenrelay.api.disconnect import cancel_on_disconnect
+from tokenrelay.api.lifecycle import Ending, streamed
 from tokenrelay.backends.base import Events, TextDelta
 from tokenrelay.calls.record import ClientGone
 from tokenrelay.openai.chat.render import ChatChunker
-from tokenrelay.openai.disconnect import cancel_on_disconnect
 from tokenrelay.openai.render import ResponseMeta
-from tokenrelay.openai.serving import Ending, streamed
 
 pytestmark = ON_BOTH_LOOPS
 

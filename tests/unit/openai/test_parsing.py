@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from tokenrelay.api.parsing import MAX_DEPTH, check_depth, validate_json
 from tokenrelay.errors import InvalidRequest
-from tokenrelay.openai.parsing import MAX_DEPTH, check_depth, validate_json
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 

@@ -18,10 +18,10 @@ from upstream_fakes import (
     usage_chunk,
 )
 
+from tokenrelay.api.lifecycle import Ending, streamed
 from tokenrelay.backends.base import Events, Finish, TextDelta, Ticket
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.render import ResponseMeta
-from tokenrelay.openai.serving import Ending, streamed
 
 pytestmark = ON_ASYNCIO
 nodes = nodes_fixture()

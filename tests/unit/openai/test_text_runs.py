@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 import pytest
 from event_loops import on_both_loops
 
+from tokenrelay.api.sse import frames
 from tokenrelay.backends.base import Event, Events, Finish, Served, TextDelta, TextRun, TokenLogprob, Usage
 from tokenrelay.backends.upstream.wire import coalesced
 from tokenrelay.calls.record import Call
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.completions.render import CompletionChunker
 from tokenrelay.openai.render import ResponseMeta
-from tokenrelay.openai.sse import frames
 
 TEXTS = ["plain", ' "quoted" ', "Héllo wörld ✓", "line\nbreak", "\u2028sep", "tab\t\\", "\x00nul", "🦊"]
 LOGPROB = TokenLogprob("x", -0.5, [120], [])

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tokenrelay.api.parsing import validate_json
 from tokenrelay.errors import InvalidRequest
-from tokenrelay.openai.parsing import validate_json
 from tokenrelay.protocol.embeddings import MAX_INPUTS, EmbeddingRequest
 
 

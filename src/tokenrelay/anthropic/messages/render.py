@@ -13,9 +13,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from tokenrelay.api.collect import Chunk, Collected, chunk_batches
 from tokenrelay.backends.base import Event, Events, Finish, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError
-from tokenrelay.openai.render import Chunk, Collected, chunk_batches
 
 # Chat finish reasons → Anthropic stop reasons; "stop" depends on whether a stop sequence matched.
 STOP_REASONS = {

@@ -14,11 +14,11 @@ from starlette.responses import Response
 from tokenrelay.anthropic.messages.errors import error_response
 from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
 from tokenrelay.anthropic.messages.serving import count_tokens, create_message
+from tokenrelay.api.direct_route import DirectRoute
 from tokenrelay.apidoc.errors import AnthropicError
 from tokenrelay.apidoc.operations import answers, json_body
 from tokenrelay.auth.bearer import scope_api_key
 from tokenrelay.auth.dialects import Dialect
-from tokenrelay.openai.direct_route import DirectRoute
 
 PREFIX = "/v1/messages"
 DIALECT = Dialect(key=scope_api_key, error=error_response)

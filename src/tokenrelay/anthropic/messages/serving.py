@@ -4,13 +4,13 @@ completions (ledger rows carry the endpoint `messages`); the backend's events ar
 
 A model whose members are all nodes that declare `native_apis: [messages]` gets the body as sent instead (only
 `model` rewritten, the client's `anthropic-version`/`anthropic-beta` passed on) and answers with the node's own
-message (`openai/relayed.py`), after the same validation and admission.
+message (`api/relayed.py`), after the same validation and admission.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -20,20 +20,24 @@ from tokenrelay.anthropic.messages.errors import error_body, invalid_body
 from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesRequest
 from tokenrelay.anthropic.messages.render import MessageMeta, MessageStreamer, message_body
 from tokenrelay.anthropic.messages.translate import to_chat
-from tokenrelay.backends.fallback import Candidate, naming
-from tokenrelay.backends.upstream.native import ANTHROPIC_HEADERS, NativeRequest
+from tokenrelay.api.collect import collect
+from tokenrelay.api.lifecycle import run_call, stream_or_collect
+from tokenrelay.api.parsing import read_body, validate_json
+from tokenrelay.api.relayed import forwarded_headers, relayed_response, relays
+from tokenrelay.api.server import caller_of, services_of
+from tokenrelay.api.sse import NamedFraming
+from tokenrelay.backends.base import NativeRequest, Served
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.calls.request_ids import request_id_of
-from tokenrelay.errors import AuthenticationError, ModelNotFound
+from tokenrelay.errors import ModelNotFound
 from tokenrelay.jsonbytes import loads
-from tokenrelay.openai.call_services import CallServices
-from tokenrelay.openai.parsing import read_body, validate_json
-from tokenrelay.openai.relayed import forwarded_headers, relayed_response, relays
-from tokenrelay.openai.render import collect
-from tokenrelay.openai.serving import run_call, stream_or_collect
-from tokenrelay.openai.sse import NamedFraming
+
+if TYPE_CHECKING:
+    from tokenrelay.api.server import Services
 
 ENDPOINT = "messages"  # the ledger's, the metrics' and the request log's name for these calls
+# The client's headers a Messages node gets: which API version and betas the client's body is written for.
+ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -42,7 +46,7 @@ async def create_message(request: Request) -> Response:
     return await run_call(request, ENDPOINT, _create)
 
 
-async def _create(request: Request, call: Call, services: CallServices) -> Response:
+async def _create(request: Request, call: Call, services: Services) -> Response:
     raw = await read_body(request.receive)
     body = validated(raw, MessagesRequest)
     chat = to_chat(body, stream=bool(body.stream))
@@ -54,7 +58,7 @@ async def _create(request: Request, call: Call, services: CallServices) -> Respo
         return await relayed_response(request, call, backend, native, error_body)
     call.backend = backend.kind
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
-    naming(backend, functools.partial(_served_by, meta))
+    call.on_served = functools.partial(_served_by, meta)
     events = observed(backend.chat(chat, call.ticket), call)
 
     async def whole() -> dict[str, Any]:
@@ -64,23 +68,21 @@ async def _create(request: Request, call: Call, services: CallServices) -> Respo
     return await stream_or_collect(request, bool(body.stream), chunks, whole, NamedFraming(error_body))
 
 
-def _served_by(meta: MessageMeta, served: Candidate) -> None:
-    meta.model = served.model
+def _served_by(meta: MessageMeta, served: Served) -> None:
+    meta.model = served.model or meta.model
 
 
 async def count_tokens(request: Request) -> Response:
     """The prompt the same `messages` would evaluate: exact on the embedded engine; for nodes, the count of a node
     that serves Messages itself, or of a node's tokenizer endpoint, or else an estimate. Nothing is generated,
     so nothing is admitted against limits or recorded."""
-    principal = request.scope.get("state", {}).get("principal")
-    if principal is None:  # the lane authenticates first; never answer a request it did not see
-        raise AuthenticationError("This request was not authenticated.")
+    principal = caller_of(request)
     raw = await read_body(request.receive)
     body = validated(raw, CountTokensRequest)
     chat = to_chat(body)
     if not principal.may_use(body.model):
         raise ModelNotFound(body.model)
-    backend = await request.app.state.services.backend(body.model)
+    backend = await services_of(request).backend(body.model)
     if relays(backend, ENDPOINT):
         native = NativeRequest(ENDPOINT, loads(raw), chat, forwarded_headers(request, ANTHROPIC_HEADERS))
         return JSONResponse({"input_tokens": await backend.count_natively(native, request_id_of(request.scope))})

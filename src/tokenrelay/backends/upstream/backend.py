@@ -20,12 +20,20 @@ from typing import TypeVar
 from opentelemetry.trace import Span, Tracer
 
 from tokenrelay import __version__
-from tokenrelay.backends.base import Embeddings, Events, ModelCard, PromptCount, Served, Ticket
+from tokenrelay.backends.base import (
+    Embeddings,
+    Events,
+    ModelCard,
+    NativeApi,
+    NativeRequest,
+    PromptCount,
+    Served,
+    Ticket,
+)
 from tokenrelay.backends.upstream.attempt_spans import attempt_span, end_attempt, use_span
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
 from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text, prompt_tokens
-from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
 from tokenrelay.backends.upstream.router import choose, prefix_key
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import APIError, Overloaded, UpstreamError

@@ -15,48 +15,17 @@ against the node's configuration; and a response object's `"error": null` is no 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
-from tokenrelay.backends.base import Events, Raw
+from tokenrelay.backends.base import Events, NativeRequest, Raw
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure, NodeRejection, failure_for_status, node_error
-from tokenrelay.backends.upstream.native_usage import AnswerReader, NativeApi
+from tokenrelay.backends.upstream.native_usage import AnswerReader
 from tokenrelay.backends.upstream.relay import Clock, check_status, is_event_stream, next_chunk, read_all, send
 from tokenrelay.backends.upstream.sse_parse import SSEDecoder
 from tokenrelay.backends.upstream.transport import NodeReply
 from tokenrelay.config import UpstreamTimeouts
-from tokenrelay.jsonbytes import dumps
-from tokenrelay.protocol.chat import ChatCompletionRequest
 
-__all__ = ["NativeApi", "NativeRequest", "native_relay"]
-
-# The client's headers a Messages node gets: which API version and betas the client's body is written for.
-ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
-
-
-@dataclass(frozen=True, slots=True)
-class NativeRequest:
-    """A request to relay as sent: its API, the client's JSON body, the client's headers the node should get,
-    and the same request as chat (what prefix affinity keys on, and what a usage estimate counts); `node` names
-    the only node that may answer (the one that keeps the response a request continues)."""
-
-    api: NativeApi
-    body: dict[str, Any]
-    chat: ChatCompletionRequest
-    headers: dict[str, str] = field(default_factory=dict)
-    node: str | None = None
-
-    @property
-    def path(self) -> str:
-        return f"/{self.api}"  # under the node's URL, which ends at /v1
-
-    @property
-    def stream(self) -> bool:
-        return self.body.get("stream") is True
-
-    def payload(self, node_model: str) -> bytes:
-        return dumps({**self.body, "model": node_model})
+__all__ = ["native_relay"]
 
 
 async def native_relay(

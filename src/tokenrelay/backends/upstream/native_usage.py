@@ -7,15 +7,13 @@ whether the stream reached its last event, and an error the node sent in place o
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from tokenrelay.backends.base import NodeStored, TextDelta, Usage
+from tokenrelay.backends.base import NativeApi, NodeStored, TextDelta, Usage
 from tokenrelay.backends.upstream.metering import Meter
 from tokenrelay.backends.upstream.relay import json_object, reported_error
 from tokenrelay.backends.upstream.sse_parse import SSEMessage
 from tokenrelay.jsonbytes import dumps
-
-NativeApi = Literal["responses", "messages"]
 
 # The events that end a stream: after them the answer is complete.
 _LAST_EVENTS: dict[NativeApi, frozenset[str]] = {

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tokenrelay.api.parsing import validate_json
 from tokenrelay.errors import APIError
-from tokenrelay.openai.parsing import validate_json
 from tokenrelay.openai.responses.serving import parse as parse_responses
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest

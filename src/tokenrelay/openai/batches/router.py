@@ -8,6 +8,8 @@ from fastapi import APIRouter, Query, Request
 from pydantic import Field
 from starlette.responses import JSONResponse
 
+from tokenrelay.api.parsing import read_body, validate_json
+from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
 from tokenrelay.errors import InvalidRequest, NotFound
@@ -16,8 +18,6 @@ from tokenrelay.openai.batches.runner import BatchRunner
 from tokenrelay.openai.batches.store import BatchStore
 from tokenrelay.openai.files.router import not_found as file_not_found
 from tokenrelay.openai.files.router import page
-from tokenrelay.openai.models import caller
-from tokenrelay.openai.parsing import read_body, validate_json
 from tokenrelay.protocol.common import WireModel
 
 router = APIRouter()
@@ -35,8 +35,8 @@ class BatchCreate(WireModel):
 @router.post("/v1/batches", openapi_extra=json_body(BatchCreate), responses=error_responses(400, 404))
 async def create(request: Request) -> JSONResponse:
     wanted = validate_json(BatchCreate, await read_body(request.receive))
-    principal = caller(request)
-    services = request.app.state.services
+    principal = caller_of(request)
+    services = services_of(request)
     input_file = await services.files.get(principal, wanted.input_file_id)
     if input_file is None:
         raise file_not_found(wanted.input_file_id)
@@ -53,13 +53,13 @@ async def create(request: Request) -> JSONResponse:
 async def list_batches(
     request: Request, after: str | None = None, limit: Annotated[int, Query(ge=1, le=100)] = 20
 ) -> JSONResponse:
-    found = await _store(request).list(caller(request), after, limit + 1)
+    found = await _store(request).list(caller_of(request), after, limit + 1)
     return JSONResponse(page([batch_body(row) for row in found], limit))
 
 
 @router.get("/v1/batches/{batch_id}", responses=error_responses(404))
 async def retrieve(batch_id: str, request: Request) -> JSONResponse:
-    row = await _store(request).get(caller(request), batch_id)
+    row = await _store(request).get(caller_of(request), batch_id)
     if row is None:
         raise _not_found(batch_id)
     return JSONResponse(batch_body(row))
@@ -67,7 +67,7 @@ async def retrieve(batch_id: str, request: Request) -> JSONResponse:
 
 @router.post("/v1/batches/{batch_id}/cancel", responses=error_responses(404, 409))
 async def cancel(batch_id: str, request: Request) -> JSONResponse:
-    row = await _store(request).cancel(caller(request), batch_id)
+    row = await _store(request).cancel(caller_of(request), batch_id)
     if row is None:
         raise _not_found(batch_id)
     if row["status"] not in ("cancelling", "cancelled"):
@@ -78,12 +78,12 @@ async def cancel(batch_id: str, request: Request) -> JSONResponse:
 
 
 def _store(request: Request) -> BatchStore:
-    store: BatchStore = request.app.state.services.batches
+    store: BatchStore = services_of(request).batches
     return store
 
 
 def _runner(request: Request) -> BatchRunner:
-    runner: BatchRunner = request.app.state.services.batch_runner
+    runner: BatchRunner = services_of(request).batch_runner
     return runner
 
 

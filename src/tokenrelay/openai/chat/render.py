@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tokenrelay.api.collect import ChoiceState, Chunk, Collected, chunk_batches
 from tokenrelay.backends.base import (
     DeltaFields,
     Event,
@@ -16,7 +17,7 @@ from tokenrelay.backends.base import (
     ToolCallDelta,
     Usage,
 )
-from tokenrelay.openai.render import ChoiceState, Chunk, Collected, ResponseMeta, chunk_batches, chunk_body, usage_body
+from tokenrelay.openai.render import ResponseMeta, chunk_body, usage_body
 
 
 def logprob_content(items: list[TokenLogprob]) -> list[dict[str, Any]]:

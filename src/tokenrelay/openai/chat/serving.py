@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tokenrelay.api.collect import Chunk, Collected
 from tokenrelay.backends.base import Backend, Events, Ticket
 from tokenrelay.openai.chat.render import ChatChunker, chat_response
-from tokenrelay.openai.render import Chunk, Collected, ResponseMeta
+from tokenrelay.openai.render import ResponseMeta
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tokenrelay.api.collect import Chunk, Collected, chunk_batches
 from tokenrelay.backends.base import Event, Events, Finish, TextDelta, TextRun, TokenLogprob, Usage
-from tokenrelay.openai.render import Chunk, Collected, ResponseMeta, chunk_batches, chunk_body, usage_body
+from tokenrelay.openai.render import ResponseMeta, chunk_body, usage_body
 
 
 def completion_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """`POST /v1/completions`: the route, its body's schema and its answers in /openapi.json.
 
-The body is read and validated by the endpoint itself (`openai/parsing.py`), strictly and with the API's 400s,
+The body is read and validated by the endpoint itself (`api/parsing.py`), strictly and with the API's 400s,
 so FastAPI is only told its schema.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tokenrelay.api.direct_route import DirectRoute
 from tokenrelay.apidoc.operations import answers, json_body
 from tokenrelay.openai.completions.serving import CompletionsEndpoint
-from tokenrelay.openai.direct_route import DirectRoute
 from tokenrelay.openai.serving import GENERATION_ERRORS, handle
 from tokenrelay.protocol.completions import CompletionRequest
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tokenrelay.api.direct_route import DirectRoute
+from tokenrelay.api.lifecycle import run_call
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
-from tokenrelay.openai.direct_route import DirectRoute
 from tokenrelay.openai.embeddings.protocol import EmbeddingList
 from tokenrelay.openai.embeddings.serving import ENDPOINT, respond
-from tokenrelay.openai.serving import run_call
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 router = APIRouter(route_class=DirectRoute)

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Query, Request
 from starlette.datastructures import UploadFile
 from starlette.responses import JSONResponse, Response
 
+from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.errors import InvalidRequest, NotFound
 from tokenrelay.openai.files.store import FileStore, StoredFile
-from tokenrelay.openai.models import caller
 
 router = APIRouter()
 
@@ -38,7 +38,7 @@ _UPLOAD_BODY = {
 
 @router.post("/v1/files", openapi_extra=_UPLOAD_BODY, responses=error_responses(400, 413))
 async def upload(request: Request) -> JSONResponse:
-    limit = request.app.state.services.settings.batches.max_file_bytes
+    limit = services_of(request).settings.batches.max_file_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit + (64 << 10):  # the form's own bytes
         raise _too_large(limit)
@@ -58,7 +58,7 @@ async def upload(request: Request) -> JSONResponse:
         filename = upload.filename or "upload.jsonl"
     if len(content) > limit:
         raise _too_large(limit)
-    stored = await _store(request).create(caller(request), filename, purpose, content)
+    stored = await _store(request).create(caller_of(request), filename, purpose, content)
     return JSONResponse(stored.body())
 
 
@@ -70,7 +70,7 @@ async def list_files(
     after: str | None = None,
     order: Literal["asc", "desc"] = "desc",
 ) -> JSONResponse:
-    found = await _store(request).list(caller(request), purpose, limit + 1, after, order)
+    found = await _store(request).list(caller_of(request), purpose, limit + 1, after, order)
     return JSONResponse(page([f.body() for f in found], limit))
 
 
@@ -81,7 +81,7 @@ async def retrieve(file_id: str, request: Request) -> JSONResponse:
 
 @router.get("/v1/files/{file_id}/content", responses=error_responses(404))
 async def content(file_id: str, request: Request) -> Response:
-    data = await _store(request).content(caller(request), file_id)
+    data = await _store(request).content(caller_of(request), file_id)
     if data is None:
         raise not_found(file_id)
     return Response(data, media_type="application/octet-stream")
@@ -89,7 +89,7 @@ async def content(file_id: str, request: Request) -> Response:
 
 @router.delete("/v1/files/{file_id}", responses=error_responses(404))
 async def delete(file_id: str, request: Request) -> JSONResponse:
-    if not await _store(request).delete(caller(request), file_id):
+    if not await _store(request).delete(caller_of(request), file_id):
         raise not_found(file_id)
     return JSONResponse({"id": file_id, "object": "file", "deleted": True})
 
@@ -107,14 +107,14 @@ def page(items: list[dict[str, Any]], limit: int) -> dict[str, Any]:
 
 
 async def _found(request: Request, file_id: str) -> StoredFile:
-    stored = await _store(request).get(caller(request), file_id)
+    stored = await _store(request).get(caller_of(request), file_id)
     if stored is None:
         raise not_found(file_id)
     return stored
 
 
 def _store(request: Request) -> FileStore:
-    store: FileStore = request.app.state.services.files
+    store: FileStore = services_of(request).files
     return store
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tokenrelay.api.collect import Collected
 from tokenrelay.backends.base import Usage
 from tokenrelay.errors import APIError
-from tokenrelay.openai.render import Collected
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.protocol import FunctionChoice, ResponsesRequest
 

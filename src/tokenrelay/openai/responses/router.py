@@ -15,12 +15,12 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
+from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import answers, json_body
-from tokenrelay.backends.upstream.backend import RoutedBackend
+from tokenrelay.backends.base import NodeBacked
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.errors import NotFound, UpstreamError
-from tokenrelay.openai.models import caller
 from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import item_list
 from tokenrelay.openai.responses.serving import create_response
@@ -48,7 +48,7 @@ async def retrieve(response_id: str, request: Request) -> Response:
 
 @router.delete("/v1/responses/{response_id}", responses=_FOUND)
 async def delete(response_id: str, request: Request) -> Response:
-    key_id = caller(request).key_id
+    key_id = caller_of(request).key_id
     stored = await _stored(request, response_id)
     answer = None
     if stored.node is not None:
@@ -80,12 +80,12 @@ async def input_items(
 
 
 def _store(request: Request) -> ResponseStore:
-    store: Any = request.app.state.services.responses
+    store: Any = services_of(request).responses
     return store
 
 
 async def _stored(request: Request, response_id: str) -> StoredResponse:
-    stored = await _store(request).get(response_id, caller(request).key_id)
+    stored = await _store(request).get(response_id, caller_of(request).key_id)
     if stored is None:
         raise _not_found(response_id)
     return stored
@@ -94,8 +94,8 @@ async def _stored(request: Request, response_id: str) -> StoredResponse:
 async def _forwarded(request: Request, stored: StoredResponse, method: str, path: str) -> Response:
     """The answer of the node that keeps `stored`: as the node wrote it, but a 404 in the gateway's words and
     a node's server error as the gateway's 502."""
-    backend = await request.app.state.services.backend(stored.model)
-    if not isinstance(backend, RoutedBackend):
+    backend = await services_of(request).backend(stored.model)
+    if not isinstance(backend, NodeBacked):
         raise UpstreamError(f"The model `{stored.model}` that made this response is no longer served by nodes.")
     status, content = await backend.fetch(stored.node or "", method, path, request_id_of(request.scope))
     if status == 404:

@@ -1,11 +1,11 @@
 """`POST /v1/responses`: the request translated to chat, run through the same call flow, answered as a response.
 
-The call is the chat endpoints' (`openai.serving.run_call`): the same key checks, limits, budget, ledger row
+The call is the chat endpoints' (`api.lifecycle.run_call`): the same key checks, limits, budget, ledger row
 (endpoint `responses`), metrics and request log, and the same backend `chat(...)`, so upstream nodes that speak
 chat serve Responses clients too.
 
 A model whose members are all nodes that declare `native_apis: [responses]` gets the body as sent instead
-(only `model` rewritten) and answers with the node's own response (`openai/relayed.py`); it is still validated
+(only `model` rewritten) and answers with the node's own response (`api/relayed.py`); it is still validated
 and translated here, for the same 400s and for admission. Such responses are the node's: stored there, not
 here, and a `previous_response_id` is passed on for the node to resolve.
 """
@@ -16,33 +16,34 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokenrelay.backends.base import Backend, Events, Ticket
-from tokenrelay.backends.fallback import Candidate, naming, started
-from tokenrelay.backends.upstream.native import NativeRequest
+from tokenrelay.api.collect import collect
+from tokenrelay.api.disconnect import cancel_on_disconnect
+from tokenrelay.api.lifecycle import JSONBody, run_call, streamed
+from tokenrelay.api.parsing import read_body, validate_json
+from tokenrelay.api.relayed import relayed_response, relays
+from tokenrelay.api.sse import NamedFraming
+from tokenrelay.backends.base import Backend, Events, NativeRequest, Served, Ticket
+from tokenrelay.backends.fallback import started
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
 from tokenrelay.jsonbytes import loads
-from tokenrelay.openai.call_services import CallServices
-from tokenrelay.openai.disconnect import cancel_on_disconnect
-from tokenrelay.openai.parsing import read_body, validate_json
-from tokenrelay.openai.relayed import relayed_response, relays
-from tokenrelay.openai.render import collect
 from tokenrelay.openai.responses import translate
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import ResponseHead, collected_response
 from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.openai.responses.stream import Payload, ResponseStream
-from tokenrelay.openai.serving import JSONBody, run_call, streamed
-from tokenrelay.openai.sse import NamedFraming
 from tokenrelay.protocol.chat import ChatCompletionRequest
+
+if TYPE_CHECKING:
+    from tokenrelay.api.server import Services
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ async def create_response(request: Request) -> Response:
     return await run_call(request, ENDPOINT, _respond)
 
 
-async def _respond(request: Request, call: Call, services: CallServices) -> Response:
+async def _respond(request: Request, call: Call, services: Services) -> Response:
     raw = await read_body(request.receive)
     body = parse(raw)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
@@ -69,7 +70,7 @@ async def _respond(request: Request, call: Call, services: CallServices) -> Resp
     backend = await services.admit(call, chat)
     call.backend = backend.kind
     head = ResponseHead(new_id("resp"), int(time.time()), body)
-    naming(backend, functools.partial(_served_by, head))
+    call.on_served = functools.partial(_served_by, head)
     save = functools.partial(_save, store, body, call.key_id, items, context)
     events = observed(fitted(backend, body, conversation, chat, call.ticket), call)
     if body.stream:
@@ -81,7 +82,7 @@ async def _respond(request: Request, call: Call, services: CallServices) -> Resp
     return JSONBody(response)
 
 
-async def _relay(request: Request, call: Call, services: CallServices, body: ResponsesRequest, raw: bytes) -> Response:
+async def _relay(request: Request, call: Call, services: Services, body: ResponsesRequest, raw: bytes) -> Response:
     """The body as sent to a node that serves Responses itself. The node keeps its responses; the gateway
     keeps whose each is and which node holds it, so that reads of it (`router.py`) and a `previous_response_id`
     reach that node, for the key that made it only (the node sees the gateway's key alone)."""
@@ -210,7 +211,7 @@ async def stream_payloads(
     yield closing
 
 
-def _served_by(head: ResponseHead, served: Candidate) -> None:
+def _served_by(head: ResponseHead, served: Served) -> None:
     head.served_model = served.model
 
 

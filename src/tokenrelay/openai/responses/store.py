@@ -4,7 +4,7 @@ A row holds the response object as `GET /v1/responses/{id}` returns it, the requ
 `/input_items`) and the conversation before them (`context`), so that `previous_response_id` continues from one
 row: its context, its input and its output are the next request's prefix.
 
-A response that a node made and keeps (a native relay, `openai/relayed.py`) has a row of its own naming the node
+A response that a node made and keeps (a native relay, `api/relayed.py`) has a row of its own naming the node
 and the gateway's model id, and nothing of the response itself: reads of it are forwarded to that node.
 
 Rows expire after `responses.retention_days`: an expired row is invisible at once (every read asks for an

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenrelay.api.parsing import validate_json
 from tokenrelay.errors import APIError, InvalidRequest
 from tokenrelay.jsonbytes import dumps
-from tokenrelay.openai.parsing import validate_json
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.protocol import (
     FunctionCallItem,

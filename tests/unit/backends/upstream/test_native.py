@@ -22,9 +22,8 @@ from upstream_fakes import (
     nodes_fixture,
 )
 
-from tokenrelay.backends.base import Event, Raw, Served, Usage
+from tokenrelay.backends.base import Event, NativeRequest, Raw, Served, Usage
 from tokenrelay.backends.upstream.failures import NodeRejection
-from tokenrelay.backends.upstream.native import NativeRequest
 from tokenrelay.config import RoutingSettings, UpstreamTimeouts
 from tokenrelay.errors import UpstreamError
 

@@ -8,8 +8,7 @@ from typing import Any
 from aiohttp import web
 from upstream_fakes import ON_ASYNCIO, REFUSE, FakeNodes, answer, chat, chat_body, drain, nodes_fixture
 
-from tokenrelay.backends.base import PromptCount, Ticket
-from tokenrelay.backends.upstream.native import NativeRequest
+from tokenrelay.backends.base import NativeRequest, PromptCount, Ticket
 
 pytestmark = ON_ASYNCIO
 nodes = nodes_fixture()

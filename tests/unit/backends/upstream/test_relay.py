@@ -23,10 +23,11 @@ from upstream_fakes import (
     usage_chunk,
 )
 
+from tokenrelay.api.collect import collect
 from tokenrelay.backends.base import DeltaFields, Finish, Served, TextDelta, Ticket, ToolCallDelta, Usage
 from tokenrelay.errors import UpstreamError
 from tokenrelay.openai.chat.render import ChatChunker, chat_response
-from tokenrelay.openai.render import ResponseMeta, collect
+from tokenrelay.openai.render import ResponseMeta
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 pytestmark = ON_ASYNCIO

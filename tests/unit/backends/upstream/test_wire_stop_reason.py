@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from tokenrelay.api.collect import Collected
 from tokenrelay.backends.base import Finish
 from tokenrelay.backends.upstream.wire import chat_events
 from tokenrelay.openai.chat.render import ChatChunker, chat_response
-from tokenrelay.openai.render import Collected, ResponseMeta
+from tokenrelay.openai.render import ResponseMeta
 
 
 def finish_of(choice: dict[str, object]) -> Finish:

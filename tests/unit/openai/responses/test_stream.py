@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from tokenrelay.api.collect import Collected
 from tokenrelay.backends.base import Event, Events, Finish, Served, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError, InvalidRequest
-from tokenrelay.openai.render import Collected
 from tokenrelay.openai.responses.render import ResponseHead, collected_response
 from tokenrelay.openai.responses.serving import parse, stream_payloads
 from tokenrelay.openai.responses.stream import ResponseStream

@@ -10,11 +10,11 @@ from typing import Any, Protocol, TypeVar
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from tokenrelay.api.collect import Chunk
+from tokenrelay.api.disconnect import cancel_on_disconnect
 from tokenrelay.calls.record import ClientGone, aclose_quietly
 from tokenrelay.errors import APIError
 from tokenrelay.jsonbytes import dumps
-from tokenrelay.openai.disconnect import cancel_on_disconnect
-from tokenrelay.openai.render import Chunk
 
 log = logging.getLogger(__name__)
 

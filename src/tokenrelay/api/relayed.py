@@ -3,7 +3,7 @@
 The endpoints parse, translate (for admission: the key's limits and budget see the same request as chat) and
 admit as they always do; then, for a model whose nodes all serve the API themselves, the node's bytes go back
 as they came: a stream through the same `EventStream` (disconnects cancel the exchange), a whole body as it
-came; the call ends once the response does, as every call does (`openai.serving.run_call`). The call record
+came; the call ends once the response does, as every call does (`api.lifecycle.run_call`). The call record
 sees `Served`, `Raw` and the `Usage` the relay read from the answer, so ledger rows, metrics and the request
 log are those of any other call.
 """
@@ -16,27 +16,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokenrelay.backends.base import Backend, Events, NodeStored, Raw, Served
-from tokenrelay.backends.fallback import FallbackBackend
-from tokenrelay.backends.upstream.backend import RoutedBackend
-from tokenrelay.backends.upstream.native import NativeApi, NativeRequest
+from tokenrelay.api.collect import Chunk
+from tokenrelay.api.lifecycle import stream_or_collect
+from tokenrelay.api.sse import RawFraming
+from tokenrelay.backends.base import Backend, Events, NativeApi, NativeRelay, NativeRequest, NodeStored, Raw, Served
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import APIError, Overloaded
-from tokenrelay.openai.render import Chunk
-from tokenrelay.openai.serving import stream_or_collect
-from tokenrelay.openai.sse import RawFraming
 
 # Remembers what a node keeps: (the object's id, the node's name).
 Keep = Callable[[str, str], Awaitable[None]]
 
 
-# What relays natively: a model's nodes, or a call's model with fallbacks (which relay the same way: `fallback.py`).
-Relaying = RoutedBackend | FallbackBackend
-
-
 def relays(backend: Backend, api: NativeApi) -> bool:
     """Whether `backend`'s requests to `api` go to its nodes as sent (every member declares the API)."""
-    return isinstance(backend, Relaying) and backend.relays(api)
+    return isinstance(backend, NativeRelay) and backend.relays(api)
 
 
 async def relayed_response(
@@ -49,7 +42,7 @@ async def relayed_response(
 ) -> Response:
     """The node's answer to the admitted `native` request; `error_body` writes a failure after the first byte
     as the API's `error` event; `keep` remembers what the node keeps, before the bytes that name it go out."""
-    if not isinstance(backend, Relaying):  # the model's nodes went while it was admitted
+    if not isinstance(backend, NativeRelay):  # the model's nodes went while it was admitted
         raise Overloaded("No upstream node is available for this model right now; retry later.")
     events = observed(backend.relay(native, call.request_id), call)
 

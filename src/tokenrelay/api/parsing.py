@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import Receive
 
+from tokenrelay.api.server import services_of
 from tokenrelay.calls.record import ClientGone
 from tokenrelay.errors import InvalidRequest, from_validation_error
 from tokenrelay.protocol.common import GenerationRequest, WireModel
@@ -123,7 +124,7 @@ def _as_integers(value: Any) -> Any:
 
 def _note_extras(request: Request, parsed: GenerationRequest) -> None:
     """Unknown fields are accepted; each name is logged once per server."""
-    seen: set[str] = request.app.state.services.extras_seen
+    seen: set[str] = services_of(request).extras_seen
     for name in parsed.extra_fields():
         if name not in seen:
             seen.add(name)

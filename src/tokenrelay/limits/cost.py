@@ -1,16 +1,17 @@
 """The most tokens a request can use, reserved on admission and settled to the real count at the end.
 
 The prompt is not tokenised here (only the backend knows its tokenizer and chat template), so its size is
-bounded instead: byte-level BPE and SentencePiece-with-byte-fallback tokenizers never produce more tokens
-than the UTF-8 bytes of the text, plus the special tokens they or the chat template add. Every text a chat
-template renders (contents, names, tool definitions and calls) is inside the request's JSON, so the JSON's
-byte length bounds the rendered text; a per-message allowance covers the role markers a template adds.
+bounded instead (`tokens.ByteBound`): byte-level BPE and SentencePiece-with-byte-fallback tokenizers never
+produce more tokens than the UTF-8 bytes of the text, plus the special tokens they or the chat template add.
+Every text a chat template renders (contents, names, tool definitions and calls) is inside the request's JSON,
+so the JSON's byte length bounds the rendered text; a per-message allowance covers the role markers a template adds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenrelay.backends.tokens import ByteBound, text_tokens
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
@@ -22,22 +23,19 @@ TEMPLATE_TOKENS = 64  # BOS, generation prompt and any fixed preamble of a chat 
 MESSAGE_TOKENS = 16  # turn markers and separators around one message
 PROMPT_SPECIALS = 2  # BOS/EOS a tokenizer may add to a text prompt
 
+_TEXT = ByteBound()  # text within a prompt (the request's JSON, a suffix)
+_PROMPT = ByteBound(PROMPT_SPECIALS)  # a whole text prompt or input
+
 
 def prompt_bound(body: Admitted) -> int:
     if isinstance(body, ChatCompletionRequest):
-        return len(body.model_dump_json().encode()) + MESSAGE_TOKENS * len(body.messages) + TEMPLATE_TOKENS
+        return _TEXT.count(body.model_dump_json()) + MESSAGE_TOKENS * len(body.messages) + TEMPLATE_TOKENS
     if isinstance(body, CompletionRequest):
-        suffix = len((body.suffix or "").encode())
-        return sum(_prompt_tokens(p) + suffix for p in body.prompts)
+        suffix = _TEXT.count(body.suffix or "")
+        return sum(text_tokens(p, _PROMPT) + suffix for p in body.prompts)
     if isinstance(body, EmbeddingRequest):
-        return sum(_prompt_tokens(item) for item in body.inputs)
+        return sum(text_tokens(item, _PROMPT) for item in body.inputs)
     raise TypeError(f"no token bound for {type(body).__name__}")
-
-
-def _prompt_tokens(prompt: str | list[int]) -> int:
-    if isinstance(prompt, str):
-        return len(prompt.encode()) + PROMPT_SPECIALS
-    return len(prompt)  # token ids are counted exactly
 
 
 def completion_bound(body: Admitted, context_length: int) -> int:

@@ -20,9 +20,9 @@ from tokenrelay.backends.fallback import FallbackBackend, Fallbacks
 from tokenrelay.backends.llamacpp.default_model import DEFAULT_MODELS
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
 from tokenrelay.backends.registry import Registry
+from tokenrelay.backends.tokens import EngineCounter
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.members import EmbeddedMember
-from tokenrelay.backends.upstream.metering import EngineCounter
 from tokenrelay.calls.batch_line import batch_of
 from tokenrelay.calls.record import Call
 from tokenrelay.calls.reporting import FinishedCalls

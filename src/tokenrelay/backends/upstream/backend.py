@@ -30,10 +30,11 @@ from tokenrelay.backends.base import (
     Served,
     Ticket,
 )
+from tokenrelay.backends.tokens import ApproxCounter, TokenCounter, prompt_tokens
 from tokenrelay.backends.upstream.attempt_spans import attempt_span, end_attempt, use_span
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
-from tokenrelay.backends.upstream.metering import ApproxCounter, TokenCounter, prompt_text, prompt_tokens
+from tokenrelay.backends.upstream.metering import prompt_text
 from tokenrelay.backends.upstream.router import choose, prefix_key
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import APIError, Overloaded, UpstreamError

@@ -1,8 +1,9 @@
 """The client's completion-token limit, enforced on a node's answer as well as asked of the node.
 
 A node that ignores or misreads the limit would otherwise stream (and bill) tokens the client never asked for.
-Each choice's tokens are counted as they pass: a logprob entry is one token, and a delta without logprobs is at
-least one (a node sends text at token boundaries, or later), so a count never runs ahead of the node's. A choice
+Each choice's tokens are counted as they pass, by the rule the call's record counts with (`tokens.event_tokens`):
+a logprob entry is one token, and a delta without logprobs is at least one (a node sends text at token boundaries,
+or later), so a count never runs ahead of the node's. A choice
 that runs past the limit is ended here with `length` and the rest of it dropped; once every choice has ended, one
 of them here, the relay stops reading, which closes the node's connection and so stops its generation. A whole
 answer (not a stream) arrives at once: when its usage says it ran past the limit, each choice's text is cut to the
@@ -12,23 +13,12 @@ longest prefix the token counter counts within the limit. Usage is never billed 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from tokenrelay.backends.base import (
-    DeltaFields,
-    Event,
-    Finish,
-    TextDelta,
-    TextRun,
-    ToolCallDelta,
-    Usage,
-)
+from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, Usage
+from tokenrelay.backends.tokens import TokenCounter, event_tokens
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
-
-if TYPE_CHECKING:  # metering.py holds a Cutoff
-    from tokenrelay.backends.upstream.metering import TokenCounter
 
 
 def token_limit(request: GenerationRequest) -> int | None:
@@ -98,7 +88,7 @@ class Cutoff:
             used = 0 if kept is None else self.counter.count(kept.text)
         else:
             kept = _within(event, left)
-            used = 0 if kept is None else _tokens(kept)
+            used = 0 if kept is None else event_tokens(kept)
         if kept is None:
             return self._end(index)
         self.counts[index] = self.counts.get(index, 0) + used
@@ -125,19 +115,9 @@ class Cutoff:
         return [Finish(index, "length")]
 
 
-def _tokens(event: Event) -> int:
-    if isinstance(event, TextDelta):
-        return len(event.logprobs) if event.logprobs else int(bool(event.text))
-    if isinstance(event, TextRun):
-        return len(event.texts)
-    if isinstance(event, ToolCallDelta | DeltaFields):
-        return 1
-    return 0
-
-
 def _within(event: Event, left: int) -> Event | None:
     """`event`, or its first `left` tokens when it holds more; None when no token of it fits."""
-    tokens = _tokens(event)
+    tokens = event_tokens(event)
     if tokens <= left:
         return event
     if left <= 0:

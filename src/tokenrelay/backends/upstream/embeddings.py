@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from tokenrelay.backends.base import Embeddings, Vector
+from tokenrelay.backends.tokens import TokenCounter, text_tokens
 from tokenrelay.backends.upstream.failures import NodeFailure
-from tokenrelay.backends.upstream.metering import TokenCounter
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 _GATEWAY_FIELDS = {"encoding_format", "dimensions"}
@@ -43,7 +43,7 @@ def embeddings_of(answer: dict[str, Any], request: EmbeddingRequest, counter: To
     tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     if isinstance(tokens, int):
         return Embeddings([v for v in vectors if v is not None], prompt_tokens=tokens)
-    estimate = sum(len(i) if isinstance(i, list) else counter.count(i) for i in request.inputs)
+    estimate = sum(text_tokens(i, counter) for i in request.inputs)
     return Embeddings([v for v in vectors if v is not None], prompt_tokens=estimate, estimated=True)
 
 

@@ -15,12 +15,13 @@ from urllib.parse import urlsplit, urlunsplit
 from opentelemetry import propagate, trace
 
 from tokenrelay.backends.base import Backend, Embeddings, Events, NativeApi, NativeRequest, PromptCount, Ticket
+from tokenrelay.backends.tokens import TokenCounter
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
-from tokenrelay.backends.upstream.metering import Meter, TemplateAllowance, TokenCounter
+from tokenrelay.backends.upstream.metering import Meter, TemplateAllowance
 from tokenrelay.backends.upstream.native import native_relay
 from tokenrelay.backends.upstream.native_usage import AnswerReader
 from tokenrelay.backends.upstream.relay import Exchange, exchange_json, fetch, relay

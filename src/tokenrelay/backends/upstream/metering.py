@@ -6,71 +6,22 @@ whatever chunk the node put it in.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
 from tokenrelay.backends.base import Event, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.tokens import TokenCounter, prompt_tokens
 from tokenrelay.backends.upstream.cutoff import Cutoff
-from tokenrelay.jsonbytes import dumps
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
 
-if TYPE_CHECKING:
-    from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
-
-# Template tokens a chat turn costs besides its text (role markers, separators): a typical figure.
-_TOKENS_PER_TURN = 4
-
-
-class TokenCounter(Protocol):
-    def count(self, text: str) -> int: ...
-
-
-class ApproxCounter:
-    """About four bytes of UTF-8 per token: the usual ratio of BPE vocabularies on English text.
-
-    Used when no tokenizer of the model is at hand (an upstream-only model); the ledger row says so.
-    """
-
-    def count(self, text: str) -> int:
-        return (len(text.encode()) + 3) // 4
-
-
-class EngineCounter:
-    """Counts with the tokenizer of the model's embedded engine: exact when a model is served both ways."""
-
-    def __init__(self, engine: LlamaCppBackend) -> None:
-        self.engine = engine
-        self.fallback = ApproxCounter()
-
-    def count(self, text: str) -> int:
-        model = self.engine.model
-        if model is None:  # not loaded (yet)
-            return self.fallback.count(text)
-        return len(model.tokenize(text, add_special=False, parse_special=False))
-
 
 def prompt_text(request: GenerationRequest) -> str:
-    """The prompt as one string: what the estimate counts and what prefix affinity keys on."""
+    """The prompt as one string: what prefix affinity keys on."""
     if isinstance(request, ChatCompletionRequest):
         return "".join(f"{m.role}\n{m.text()}\n" for m in request.messages)
     if isinstance(request, CompletionRequest):
         prompt = request.prompt
         return prompt if isinstance(prompt, str) else str(prompt)
     return ""
-
-
-def prompt_tokens(request: GenerationRequest, counter: TokenCounter) -> int:
-    if isinstance(request, ChatCompletionRequest):
-        tools = (
-            counter.count(dumps([tool.model_dump(mode="json") for tool in request.tools]).decode())
-            if request.tools
-            else 0
-        )
-        return tools + sum(counter.count(m.text()) + _TOKENS_PER_TURN for m in request.messages)
-    if isinstance(request, CompletionRequest):
-        return sum(len(p) if isinstance(p, list) else counter.count(p) for p in request.prompts)
-    return 0
 
 
 # Before a node has answered: the assistant turn's opening, which every chat template writes.

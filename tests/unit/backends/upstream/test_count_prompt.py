@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from tokenrelay.backends.tokens import ApproxCounter, prompt_tokens
 from tokenrelay.backends.upstream.backend import RoutedBackend
-from tokenrelay.backends.upstream.metering import ApproxCounter, prompt_tokens
 from tokenrelay.config import RoutingSettings
 from tokenrelay.protocol.chat import ChatCompletionRequest
 

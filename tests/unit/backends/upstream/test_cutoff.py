@@ -25,8 +25,8 @@ from upstream_fakes import (
 )
 
 from tokenrelay.backends.base import Finish, TextDelta, TextRun, Ticket, TokenLogprob, Usage
+from tokenrelay.backends.tokens import ApproxCounter
 from tokenrelay.backends.upstream.cutoff import Cutoff
-from tokenrelay.backends.upstream.metering import ApproxCounter
 
 pytestmark = ON_ASYNCIO
 nodes = nodes_fixture()

@@ -12,9 +12,9 @@ from aiohttp import web
 from upstream_fakes import REFUSE, FakeNodes, answer, error, nodes_fixture
 
 from tokenrelay.backends.base import Ticket
+from tokenrelay.backends.tokens import ApproxCounter
 from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
 from tokenrelay.backends.upstream.failures import NodeFailure
-from tokenrelay.backends.upstream.metering import ApproxCounter
 from tokenrelay.errors import APIError, UpstreamError
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 

@@ -7,6 +7,13 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
+# Error codes (an error body's `code`) that more than one module raises, or that a caller tells errors apart by.
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+UNSUPPORTED_PARAMETER = "unsupported_parameter"
+UNSUPPORTED_CONTENT = "unsupported_content"
+INVALID_VALUE = "invalid_value"
+INVALID_JSON = "invalid_json"
+
 
 class APIError(Exception):
     """An error that reaches the client as `{"error": {message, type, param, code}}`."""
@@ -106,10 +113,10 @@ def from_validation_error(exc: ValidationError, sent: Any = None) -> InvalidRequ
     param = ".".join(loc) or None
     kind = first.get("type", "")
     if kind == "json_invalid":
-        return InvalidRequest(f"The request body is not valid JSON: {first.get('msg')}", code="invalid_json")
+        return InvalidRequest(f"The request body is not valid JSON: {first.get('msg')}", code=INVALID_JSON)
     message = first.get("msg", "invalid value")
     where = f" at `{param}`" if param else ""
-    return InvalidRequest(f"Invalid value{where}: {message}", param=param, code="invalid_value")
+    return InvalidRequest(f"Invalid value{where}: {message}", param=param, code=INVALID_VALUE)
 
 
 def _news(error: Any) -> tuple[bool, int]:

@@ -33,7 +33,7 @@ from tokenrelay.backends.base import (
 )
 from tokenrelay.calls.record import aclose_quietly
 from tokenrelay.config import ModelSettings
-from tokenrelay.errors import APIError
+from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED, APIError
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
@@ -45,14 +45,13 @@ Reason = Literal["unavailable", "context"]
 
 # What a backend answers when it cannot serve a request now, as opposed to a request it refuses.
 UNAVAILABLE = frozenset({429, 502, 503, 504})
-CONTEXT_FULL = "context_length_exceeded"
 
 
 def reason_for(exc: APIError) -> Reason | None:
     """Why another model may serve a request that failed with `exc` before its first event (None: none may)."""
     if exc.status in UNAVAILABLE:
         return "unavailable"
-    if exc.code == CONTEXT_FULL:
+    if exc.code == CONTEXT_LENGTH_EXCEEDED:
         return "context"
     return None
 

@@ -14,7 +14,7 @@ from tokenrelay.backends.llamacpp.embedding_context import EmbeddingContext
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.pooling import Pooling, declared_pooling
 from tokenrelay.config import EngineSettings
-from tokenrelay.errors import APIError, InvalidRequest, Overloaded
+from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED, APIError, InvalidRequest, Overloaded
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class Embedder:
                     f"An input is {len(tokens)} tokens long; this model embeds at most {self.context.max_tokens} "
                     "tokens per input.",
                     param="input",
-                    code="context_length_exceeded",
+                    code=CONTEXT_LENGTH_EXCEEDED,
                 )
             if not tokens:
                 raise InvalidRequest("An input has no tokens once tokenised.", param="input")

@@ -6,7 +6,7 @@ from typing import Any
 
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.templates import ChatTemplate
-from tokenrelay.errors import InvalidRequest
+from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED, UNSUPPORTED_CONTENT, UNSUPPORTED_PARAMETER, InvalidRequest
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 
@@ -18,7 +18,7 @@ def reject_media(request: ChatCompletionRequest) -> None:
             raise InvalidRequest(
                 f"This model is text-only and cannot read {kinds[0]} content parts.",
                 param=f"messages.{i}.content",
-                code="unsupported_content",
+                code=UNSUPPORTED_CONTENT,
             )
 
 
@@ -66,7 +66,7 @@ def text_prompt(model: LlamaModel, prompt: str, suffix: str | None) -> list[int]
         raise InvalidRequest(
             "This model has no fill-in-the-middle tokens, so `suffix` is not supported.",
             param="suffix",
-            code="unsupported_parameter",
+            code=UNSUPPORTED_PARAMETER,
         )
     bos = model.special("bos")
     head = [bos] if model.add_bos and bos is not None else []
@@ -96,12 +96,12 @@ def check_context(prompt_tokens: int, max_tokens: int, n_ctx: int, prompt_param:
             f"The prompt is {prompt_tokens} tokens long; this model's context window per request is {n_ctx} "
             "tokens, which must also hold at least one generated token.",
             param=prompt_param,
-            code="context_length_exceeded",
+            code=CONTEXT_LENGTH_EXCEEDED,
         )
     if prompt_tokens + max_tokens > n_ctx:
         raise InvalidRequest(
             f"This model's context window per request is {n_ctx} tokens; the prompt ({prompt_tokens}) plus "
             f"max_tokens ({max_tokens}) would need {prompt_tokens + max_tokens}. Lower max_tokens or the prompt.",
             param="max_tokens",
-            code="context_length_exceeded",
+            code=CONTEXT_LENGTH_EXCEEDED,
         )

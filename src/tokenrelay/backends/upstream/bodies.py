@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenrelay.backends.upstream.cutoff import token_limit
-from tokenrelay.errors import InvalidRequest
+from tokenrelay.errors import UNSUPPORTED_PARAMETER, InvalidRequest
 from tokenrelay.protocol.common import GenerationRequest
 from tokenrelay.protocol.completions import CompletionRequest
 
@@ -59,10 +59,10 @@ def _check_chat_expressible(request: CompletionRequest) -> None:
             "This model serves completions through a chat endpoint: send one text prompt.", param="prompt"
         )
     if request.echo:
-        raise InvalidRequest("`echo` is not available for this model.", param="echo", code="unsupported_parameter")
+        raise InvalidRequest("`echo` is not available for this model.", param="echo", code=UNSUPPORTED_PARAMETER)
     if request.suffix is not None:
-        raise InvalidRequest("`suffix` is not available for this model.", param="suffix", code="unsupported_parameter")
+        raise InvalidRequest("`suffix` is not available for this model.", param="suffix", code=UNSUPPORTED_PARAMETER)
     if request.best_of is not None and request.best_of > request.choices:
         raise InvalidRequest(
-            "`best_of` greater than `n` is not available for this model.", param="best_of", code="unsupported_parameter"
+            "`best_of` greater than `n` is not available for this model.", param="best_of", code=UNSUPPORTED_PARAMETER
         )

@@ -32,6 +32,7 @@ from tokenrelay.api.sse import NamedFraming
 from tokenrelay.backends.base import Backend, Events, NativeRequest, Served, Ticket
 from tokenrelay.backends.fallback import started
 from tokenrelay.calls.record import Call, aclose_quietly, observed
+from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED as CONTEXT_FULL
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.responses import translate
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENDPOINT = "responses"
-CONTEXT_FULL = "context_length_exceeded"
 Save = Callable[[dict[str, Any]], Awaitable[None]]
 
 

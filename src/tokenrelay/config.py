@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -22,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from tokenrelay.nodeurl import NodeUrl
 
 # Served when no model is configured: a base model for completions and an instruct model for chat.
 DEFAULT_MODEL_IDS = ("gemma-3-270m", "smollm2-135m-instruct")
@@ -98,17 +98,9 @@ _NODE_URL = rf"^https?://({_USERINFO}@)?([A-Za-z0-9._~%-]+|\[[0-9A-Fa-f:.]+\])(:
 def node_url_problem(url: str) -> str | None:
     """What is wrong with a node URL that has the right shape (`_NODE_URL`), or None."""
     try:
-        parts = urlsplit(url)  # checks a bracketed host with `ipaddress`
-    except ValueError:
-        return "the URL's IPv6 address is not valid"
-    host = parts.hostname or ""
-    if parts.netloc.rpartition("@")[2].startswith("["):
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            return "the URL's IPv6 address is not valid"
-    if not host:
-        return "the URL has no host"
+        NodeUrl.parse(url)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
@@ -202,8 +194,12 @@ class UpstreamSettings(BaseModel):
         return key
 
     @property
+    def node_url(self) -> NodeUrl:
+        return NodeUrl.parse(self.url)
+
+    @property
     def label(self) -> str:
-        return self.name or (urlsplit(self.url).netloc.rpartition("@")[2] or self.url)
+        return self.name or self.node_url.authority
 
 
 class UpstreamTimeouts(BaseModel):

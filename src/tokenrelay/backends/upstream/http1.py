@@ -23,11 +23,11 @@ from tokenrelay.backends.upstream.transport import (
     KEEPALIVE_SECONDS,
     ConnectFailed,
     ConnectionLost,
-    Origin,
     ReadTimeout,
     TransportError,
 )
 from tokenrelay.loopturn import LoopTurnBatch
+from tokenrelay.nodeurl import NodeUrl
 
 # A stream's bytes wait here while the client is slow to take them; past this, the node is asked to pause
 # (TCP's own flow control then holds it back) rather than fill our memory.
@@ -245,10 +245,10 @@ class Pool:
     def __init__(
         self, url: str, headers: dict[str, str], connect_timeout: float, keepalive: float = KEEPALIVE_SECONDS
     ) -> None:
-        self.origin = Origin.parse(url)
+        self.origin = NodeUrl.parse(url)
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
-        self._head_lines = _header_lines({"Host": self.origin.host_header, **self.origin.fixed_headers(headers)})
+        self._head_lines = _header_lines(_fixed_headers(self.origin, headers))
         self._idle: deque[_Connection] = deque()
         self._ssl = ssl.create_default_context() if self.origin.tls else None
         self._closed = False
@@ -324,6 +324,15 @@ class Pool:
         except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"connection failed ({type(exc).__name__})") from None
         return connection
+
+
+def _fixed_headers(origin: NodeUrl, headers: dict[str, str]) -> dict[str, str]:
+    """The headers of every request to the node: its host, no compressed bodies (the relay reads them as they
+    come), the caller's `headers`, and the URL's credentials unless the caller gave its own."""
+    fixed = {"Host": origin.host_header, "Accept-Encoding": "identity", **headers}
+    if origin.basic_auth is not None:
+        fixed.setdefault("Authorization", origin.basic_auth)
+    return fixed
 
 
 async def until(future: asyncio.Future[T], deadline: float | None) -> T:

@@ -10,7 +10,6 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import propagate, trace
 
@@ -178,7 +177,7 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         return _routing_state(self) | {
-            "url": public_url(self.settings.url),
+            "url": self.settings.node_url.shown,
             "model": self.node_model,
             "completions_via_chat": self.settings.completions_via_chat,
             "native_apis": list(self.settings.native_apis),
@@ -242,9 +241,3 @@ def trace_headers(request_id: str) -> dict[str, str]:
     if trace.get_current_span().get_span_context().is_valid:  # an untraced call sends no traceparent
         propagate.inject(headers)
     return headers
-
-
-def public_url(url: str) -> str:
-    """The URL without credentials or query (for status pages and logs)."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))

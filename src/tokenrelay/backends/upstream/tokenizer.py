@@ -10,7 +10,6 @@ they go through a client of their own for the root URL, made when first needed.
 from __future__ import annotations
 
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.failures import NodeFailure
@@ -27,13 +26,6 @@ _NOT_THIS_SHAPE = frozenset({400, 404, 405, 422})
 
 # The chat fields that change the rendered prompt, passed to the tokenizer as the node's chat body has them.
 _PROMPT_FIELDS = ("messages", "tools", "tool_choice", "continue_final_message")
-
-
-def server_root(url: str) -> str:
-    """The node's server root: its URL without the trailing `/v1` of the OpenAI API."""
-    parts = urlsplit(url)
-    path = parts.path.rstrip("/")
-    return urlunsplit((parts.scheme, parts.netloc, path.removesuffix("/v1"), "", ""))
 
 
 class NodeTokenizer:
@@ -102,6 +94,6 @@ class NodeTokenizer:
 
     def _root(self) -> NodeClient:
         if self._client is None:
-            settings = self.settings.model_copy(update={"url": server_root(self.settings.url)})
+            settings = self.settings.model_copy(update={"url": self.settings.node_url.server_root})
             self._client = NodeClient(settings, self.timeouts, self.transport)
         return self._client

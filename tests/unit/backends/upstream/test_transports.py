@@ -23,7 +23,8 @@ from cryptography.x509.oid import NameOID
 
 from tokenrelay.backends.upstream import http1
 from tokenrelay.backends.upstream.http1 import Pool
-from tokenrelay.backends.upstream.transport import ConnectFailed, ConnectionLost, NodeTransport, Origin, ReadTimeout
+from tokenrelay.backends.upstream.transport import ConnectFailed, ConnectionLost, NodeTransport, ReadTimeout
+from tokenrelay.nodeurl import NodeUrl
 
 # Both loops: uvicorn serves on uvloop when it is installed (it is a dependency), whose transports differ.
 pytestmark = [
@@ -319,7 +320,7 @@ async def test_node_closing_an_idle_connection_takes_it_out_of_the_pool(make: Ma
 
 
 async def test_origin_of_urls() -> None:
-    origin = Origin.parse("https://user:p%40ss@example.com/v1/")
+    origin = NodeUrl.parse("https://user:p%40ss@example.com/v1/")
     assert (origin.host, origin.port, origin.tls, origin.base_path, origin.host_header) == (
         "example.com",
         443,
@@ -328,10 +329,10 @@ async def test_origin_of_urls() -> None:
         "example.com",
     )
     assert origin.basic_auth == "Basic " + base64.b64encode(b"user:p@ss").decode()
-    v6 = Origin.parse("http://[::1]:8080")
+    v6 = NodeUrl.parse("http://[::1]:8080")
     assert (v6.host, v6.host_header, v6.base_path, v6.basic_auth) == ("::1", "[::1]:8080", "", None)
     with pytest.raises(ValueError):
-        Origin.parse("ftp://example.com")
+        NodeUrl.parse("ftp://example.com")
 
 
 async def test_header_with_a_line_break_is_refused() -> None:

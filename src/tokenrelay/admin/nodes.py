@@ -80,6 +80,7 @@ async def register_node(request: Request) -> JSONResponse:
     replaced = await nodes.store.put(model_id, upstream) or replaced
     await nodes.refresh()
     backend = services_of(request).registry.get(model_id)
+    assert isinstance(backend, NodeBacked)  # the refresh above made it one if it was not
     return JSONResponse(_listing(backend, [upstream.label])[0], status_code=200 if replaced else 201)
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +89,7 @@ async def collect(batches: AsyncIterator[Events]) -> Collected:
 
 async def chunk_batches(
     batches: AsyncIterator[Events], render: Callable[[Event], list[Chunk]], opening: Callable[[], list[Chunk]]
-) -> AsyncIterator[list[Chunk]]:
+) -> AsyncGenerator[list[Chunk], None]:
     """The chunks of each batch that shows in the stream, batch by batch; closing this closes `batches`.
 
     `opening()` (chat's role chunks) goes out with the first chunks of content, not before, so that a request

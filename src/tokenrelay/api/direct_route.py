@@ -3,12 +3,15 @@ and validating its own body (with the API's 400s, never FastAPI's 422s)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
+
+# A direct route's endpoint: the request in, its response out.
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class DirectRoute(APIRoute):
@@ -16,10 +19,10 @@ class DirectRoute(APIRoute):
     (FastAPI's documented extension: a custom `route_class` overriding `get_route_handler`). The server's
     `Gate` serves these routes' POSTs straight from `handler`."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Handler:
         return self.handler
 
     @property
-    def handler(self) -> Callable[[Request], Awaitable[Response]]:
-        endpoint: Any = self.endpoint
-        return endpoint
+    def handler(self) -> Handler:
+        handler: Handler = self.endpoint
+        return handler

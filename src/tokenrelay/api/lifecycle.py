@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from tokenrelay.api.disconnect import cancel_on_disconnect
 from tokenrelay.api.server import services_of
-from tokenrelay.api.sse import OPENAI, EventStream, Framing, Piece
+from tokenrelay.api.sse import EventStream, Framing, Piece
 from tokenrelay.calls.record import Call, ClientGone, record_failure
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.jsonbytes import dumps
@@ -58,9 +58,13 @@ class Ending(Response):
         self.status_code = response.status_code
         self.background = None
 
-    @property  # type: ignore[override]  # a view of the wrapped response's headers, not a copy of them
+    @property  # the wrapped response's headers themselves, not a copy of them
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
         return self.response.raw_headers
+
+    @raw_headers.setter
+    def raw_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self.response.raw_headers = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -76,7 +80,7 @@ async def stream_or_collect(
     stream: bool,
     chunks: Callable[[], AsyncIterator[list[Piece]]],
     whole: Callable[[], Awaitable[Any]],
-    framing: Framing[Piece] = OPENAI,
+    framing: Framing[Piece],
 ) -> Response:
     """The answer as a stream of `chunks()`, or as the JSON body `whole()` makes once the events are in (a client
     that leaves meanwhile cancels the generation)."""
@@ -86,7 +90,7 @@ async def stream_or_collect(
         return JSONBody(await whole())
 
 
-async def streamed(chunks: AsyncIterator[list[Piece]], framing: Framing[Piece] = OPENAI) -> Response:
+async def streamed(chunks: AsyncIterator[list[Piece]], framing: Framing[Piece]) -> Response:
     """The stream's response once its first chunks are in. Errors raised before the first chunks (validation inside
     the backend, a full queue) keep their HTTP status; later ones become an SSE error event followed by [DONE]."""
     first = await anext(chunks, None)

@@ -16,12 +16,12 @@ from starlette.types import Receive
 from tokenrelay.api.server import services_of
 from tokenrelay.calls.record import ClientGone
 from tokenrelay.errors import InvalidRequest, from_validation_error
-from tokenrelay.protocol.common import GenerationRequest, WireModel
+from tokenrelay.protocol.common import GenerationRequest
 
 log = logging.getLogger(__name__)
 
 Model = TypeVar("Model", bound=GenerationRequest)
-Wire = TypeVar("Wire", bound=WireModel)
+Wire = TypeVar("Wire", bound=BaseModel)
 Strict = TypeVar("Strict", bound=BaseModel)
 
 MAX_BODY_BYTES = 32 << 20

@@ -4,8 +4,8 @@ and Messages APIs), an error event after the first byte, and the API's end marke
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Protocol, TypeVar
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -26,7 +26,7 @@ def frame(body: Chunk) -> bytes:
     return b"data: " + dumps(body) + b"\n\n"
 
 
-def frames(chunks: list[Chunk]) -> bytes:
+def frames(chunks: Sequence[Chunk]) -> bytes:
     return b"".join([frame(chunk) for chunk in chunks])
 
 
@@ -37,7 +37,7 @@ Piece_contra = TypeVar("Piece_contra", contravariant=True)
 class Framing(Protocol[Piece_contra]):
     """How an API writes its stream: chunks as SSE messages, an error after the first byte, the end."""
 
-    def frames(self, chunks: list[Piece_contra]) -> bytes: ...
+    def frames(self, chunks: Sequence[Piece_contra]) -> bytes: ...
 
     def error(self, exc: APIError) -> bytes: ...
 
@@ -47,7 +47,7 @@ class Framing(Protocol[Piece_contra]):
 class OpenAIFraming:
     """`data:` lines, the OpenAI error body as a data message, `[DONE]` last."""
 
-    def frames(self, chunks: list[Chunk]) -> bytes:
+    def frames(self, chunks: Sequence[Chunk]) -> bytes:
         return frames(chunks)
 
     def error(self, exc: APIError) -> bytes:
@@ -72,7 +72,7 @@ class NamedFraming:
     def __init__(self, error_body: Callable[[APIError], Chunk]) -> None:
         self.error_body = error_body
 
-    def frames(self, chunks: list[Chunk]) -> bytes:
+    def frames(self, chunks: Sequence[Chunk]) -> bytes:
         return b"".join([named_frame(chunk) for chunk in chunks])
 
     def error(self, exc: APIError) -> bytes:
@@ -89,7 +89,7 @@ class RawFraming:
     def __init__(self, error_body: Callable[[APIError], Chunk]) -> None:
         self.error_body = error_body
 
-    def frames(self, chunks: list[bytes]) -> bytes:
+    def frames(self, chunks: Sequence[bytes]) -> bytes:
         return b"".join(chunks)
 
     def error(self, exc: APIError) -> bytes:
@@ -100,7 +100,7 @@ class RawFraming:
 
 
 async def stream_body(
-    first: list[Piece] | None, rest: AsyncIterator[list[Piece]], framing: Framing[Piece] = OPENAI
+    first: list[Piece] | None, rest: AsyncIterator[list[Piece]], framing: Framing[Piece]
 ) -> AsyncGenerator[bytes, None]:
     """The stream's body: the frames of each event as one piece, so one write. An error after the stream
     started becomes one error event. The framing's end (`[DONE]` for OpenAI) is not in it: `EventStream`
@@ -126,7 +126,7 @@ class EventStream(StreamingResponse):
     response (dear on the hot path): here one listener task (`cancel_on_disconnect`) does that, and the stream's
     end (`[DONE]`) goes out with the closing message rather than as a message of its own before it."""
 
-    def __init__(self, first: list[Any] | None, rest: AsyncIterator[list[Any]], framing: Framing[Any] = OPENAI) -> None:
+    def __init__(self, first: list[Piece] | None, rest: AsyncIterator[list[Piece]], framing: Framing[Piece]) -> None:
         self.body_stream = stream_body(first, rest, framing)
         self.chunks = rest
         self.end = framing.end()

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from tokenrelay.api.collect import Chunk, Collected, collect
 from tokenrelay.api.lifecycle import run_call, stream_or_collect
 from tokenrelay.api.parsing import parse_body
+from tokenrelay.api.sse import OPENAI
 from tokenrelay.backends.base import Backend, Events, Served, Ticket
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.openai.render import ResponseMeta
@@ -26,9 +27,14 @@ if TYPE_CHECKING:
 class Endpoint(Protocol):
     """What differs between `/v1/chat/completions` and `/v1/completions`."""
 
-    name: str
-    id_prefix: str
-    request_model: type[GenerationRequest]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def id_prefix(self) -> str: ...
+
+    @property
+    def request_model(self) -> type[GenerationRequest]: ...
 
     def choices(self, body: Any) -> int: ...
 
@@ -69,7 +75,8 @@ async def _generate(endpoint: Endpoint, request: Request, call: Call, services: 
     async def whole() -> dict[str, Any]:
         return endpoint.body(body, meta, await collect(events))
 
-    return await stream_or_collect(request, bool(body.stream), lambda: endpoint.chunks(body, meta, events), whole)
+    chunks = functools.partial(endpoint.chunks, body, meta, events)
+    return await stream_or_collect(request, bool(body.stream), chunks, whole, OPENAI)
 
 
 def _served_by(meta: ResponseMeta, served: Served) -> None:

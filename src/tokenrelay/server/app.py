@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.telemetry import TelemetryConfig
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -80,7 +81,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     # FastAPI's own OpenTelemetry hooks look up providers (and the environment) on every request; tokenrelay
     # does not use them.
-    off = {"tracing": False, "metrics": False, "logs": False}
+    off: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(
         title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=off
     )

@@ -13,21 +13,18 @@ routers, documented by FastAPI.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tokenrelay.api.direct_route import DirectRoute
+from tokenrelay.api.direct_route import DirectRoute, Handler
 from tokenrelay.api.server import services_of
 from tokenrelay.auth.caller import authenticate, protected
 from tokenrelay.auth.dialects import Dialects
 from tokenrelay.calls.request_ids import assign_request_id, id_header, sending_id
 from tokenrelay.server.failures import failure_response
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 class Gate:

@@ -11,6 +11,7 @@ from event_loops import ON_BOTH_LOOPS
 
 from tokenrelay.api.disconnect import cancel_on_disconnect
 from tokenrelay.api.lifecycle import Ending, streamed
+from tokenrelay.api.sse import OPENAI
 from tokenrelay.backends.base import Events, TextDelta
 from tokenrelay.calls.record import ClientGone
 from tokenrelay.openai.chat.render import ChatChunker
@@ -121,7 +122,8 @@ async def test_a_client_leaving_mid_stream_cancels_the_generation_and_reports_on
             asyncio.get_running_loop().call_later(0.01, peer.leave)
 
     response = Ending(
-        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine())), lambda: reports.append(outcome[:])
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine()), OPENAI),
+        lambda: reports.append(outcome[:]),
     )
     await asyncio.wait_for(response(SCOPE, peer.receive, send), 1)
     assert outcome == ["cancelled"] and reports == [["cancelled"]]
@@ -145,7 +147,8 @@ async def test_a_client_leaving_while_a_write_waits_closes_the_generation_before
             await asyncio.sleep(10)  # a client that reads nothing: the server's write waits
 
     response = Ending(
-        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine())), lambda: reports.append(closed[:])
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine()), OPENAI),
+        lambda: reports.append(closed[:]),
     )
     await asyncio.wait_for(response(SCOPE, peer.receive, stuck), 1)
     assert reports == [["closed"]]

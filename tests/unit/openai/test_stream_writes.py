@@ -19,6 +19,7 @@ from upstream_fakes import (
 )
 
 from tokenrelay.api.lifecycle import Ending, streamed
+from tokenrelay.api.sse import OPENAI
 from tokenrelay.backends.base import Events, Finish, TextDelta, Ticket
 from tokenrelay.openai.chat.render import ChatChunker
 from tokenrelay.openai.render import ResponseMeta
@@ -35,7 +36,8 @@ async def writes_of(events: AsyncIterator[Events]) -> list[list[bytes]]:
     bodies: list[dict[str, Any]] = []
     reports: list[int] = []  # the number of body messages sent when the call was reported
     response = Ending(
-        await streamed(ChatChunker(META, want_logprobs=False).chunks(events)), lambda: reports.append(len(bodies))
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(events), OPENAI),
+        lambda: reports.append(len(bodies)),
     )
     done = asyncio.Event()
 
@@ -118,6 +120,6 @@ async def test_a_stream_is_reported_once_after_its_last_write_or_when_the_client
         return {"type": "http.disconnect"}
 
     events = ChatChunker(META, want_logprobs=False).chunks(engine())
-    response = Ending(await streamed(events), lambda: reports.append((len(sent), list(closed))))
+    response = Ending(await streamed(events, OPENAI), lambda: reports.append((len(sent), list(closed))))
     await response({"type": "http"}, receive, gone_after_two)
     assert sent == [True, True] and reports == [(2, [True])]

@@ -26,7 +26,7 @@ from tokenrelay.api.parsing import read_body, validate_json
 from tokenrelay.api.relayed import forwarded_headers, relayed_response, relays
 from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.api.sse import NamedFraming
-from tokenrelay.backends.base import NativeRequest, Served
+from tokenrelay.backends.base import NativeApi, NativeRequest, NodeBacked, Served
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.errors import ModelNotFound
@@ -35,7 +35,7 @@ from tokenrelay.jsonbytes import loads
 if TYPE_CHECKING:
     from tokenrelay.api.server import Services
 
-ENDPOINT = "messages"  # the ledger's, the metrics' and the request log's name for these calls
+ENDPOINT: NativeApi = "messages"  # the ledger's, the metrics' and the request log's name for these calls
 # The client's headers a Messages node gets: which API version and betas the client's body is written for.
 ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
 
@@ -83,7 +83,7 @@ async def count_tokens(request: Request) -> Response:
     if not principal.may_use(body.model):
         raise ModelNotFound(body.model)
     backend = await services_of(request).backend(body.model)
-    if relays(backend, ENDPOINT):
+    if isinstance(backend, NodeBacked) and backend.relays(ENDPOINT):
         native = NativeRequest(ENDPOINT, loads(raw), chat, forwarded_headers(request, ANTHROPIC_HEADERS))
         return JSONResponse({"input_tokens": await backend.count_natively(native, request_id_of(request.scope))})
     count = await backend.count_chat_prompt(chat)

@@ -53,7 +53,7 @@ async def create(request: Request) -> JSONResponse:
 async def list_batches(
     request: Request, after: str | None = None, limit: Annotated[int, Query(ge=1, le=100)] = 20
 ) -> JSONResponse:
-    found = await _store(request).list(caller_of(request), after, limit + 1)
+    found = await _store(request).page(caller_of(request), after, limit + 1)
     return JSONResponse(page([batch_body(row) for row in found], limit))
 
 

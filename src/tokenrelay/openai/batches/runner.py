@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -116,9 +117,9 @@ class BatchRunner:
             for line in await self.store.claim(self.claim, free, self.settings.lease_seconds):
                 task = asyncio.create_task(self._run_line(line), name=f"batch-line-{line.batch_id}-{line.line}")
                 self._running[(line.batch_id, line.line)] = task
-                task.add_done_callback(lambda _, key=(line.batch_id, line.line): self._done(key))
+                task.add_done_callback(functools.partial(self._done, (line.batch_id, line.line)))
 
-    def _done(self, key: tuple[str, int]) -> None:
+    def _done(self, key: tuple[str, int], _: asyncio.Task[None]) -> None:
         self._running.pop(key, None)
         self._wake.set()  # a slot is free: claim the next line now
 
@@ -175,7 +176,8 @@ class BatchRunner:
 
     async def _end(self, batch: dict[str, Any], state: str) -> None:
         lines = await self.store.done_lines(batch["id"])
-        outputs, errors = [], []
+        outputs: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = []
         for line in lines:
             if line["state"] == "done":
                 (outputs if line["status_code"] < 400 else errors).append(line["result"])

@@ -56,8 +56,9 @@ class BatchStore:
         self, principal: Principal, endpoint: str, input_file_id: str, metadata: dict[str, str] | None, window: float
     ) -> dict[str, Any]:
         now = utcnow()
+        batch_id = f"batch_{time_ordered_id()}"
         values = {
-            "id": f"batch_{time_ordered_id()}",
+            "id": batch_id,
             "key_id": principal.key_id,
             "endpoint": endpoint,
             "input_file_id": input_file_id,
@@ -72,12 +73,14 @@ class BatchStore:
         }
         async with self.engine.begin() as conn:
             await conn.execute(insert(batches).values(values))
-        return await self._read(values["id"])  # type: ignore[return-value]
+        created = await self._read(batch_id)
+        assert created is not None  # written just now, in a transaction of its own
+        return created
 
     async def get(self, principal: Principal, batch_id: str) -> dict[str, Any] | None:
         return await self._read(batch_id, visible_to(batches, principal))
 
-    async def list(self, principal: Principal, after: str | None, limit: int) -> list[dict[str, Any]]:
+    async def page(self, principal: Principal, after: str | None, limit: int) -> list[dict[str, Any]]:
         """Newest first (ids are time-ordered); `after` is the last id of the previous page."""
         query = select(batches).where(visible_to(batches, principal))
         if after is not None:

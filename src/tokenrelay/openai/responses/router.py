@@ -71,7 +71,7 @@ async def input_items(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
-) -> JSONResponse:
+) -> Response:
     stored = await _stored(request, response_id)
     if stored.node is not None:
         query = urlencode({"limit": limit, "order": order} | ({"after": after} if after is not None else {}))

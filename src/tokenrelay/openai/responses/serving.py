@@ -29,7 +29,7 @@ from tokenrelay.api.lifecycle import JSONBody, run_call, streamed
 from tokenrelay.api.parsing import read_body, validate_json
 from tokenrelay.api.relayed import relayed_response, relays
 from tokenrelay.api.sse import NamedFraming
-from tokenrelay.backends.base import Backend, Events, NativeRequest, Served, Ticket
+from tokenrelay.backends.base import Backend, Events, NativeApi, NativeRequest, Served, Ticket
 from tokenrelay.backends.fallback import started
 from tokenrelay.calls.record import Call, aclose_quietly, observed
 from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED as CONTEXT_FULL
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENDPOINT = "responses"
+ENDPOINT: NativeApi = "responses"
 Save = Callable[[dict[str, Any]], Awaitable[None]]
 
 

@@ -5,8 +5,9 @@ Run from a checkout: `python benchmarks/breakdown.py` (no wrk needed). It starts
 the SQLite ledger, and calls the app directly (no uvicorn, no client sockets) from `--concurrency` tasks, for
 non-streamed and streamed chat completions, in three set-ups, side by side:
 - `full`: the app as served, relaying to the mock node;
-- `canned node`: the node exchange replaced by the mock's own answer, parsed by tokenrelay's reader of node
-  chunks and bodies (so no node client, no system calls, no request waiting on the loop);
+- `canned node`: the model's nodes reached through a transport that answers in this process with the mock's own
+  bytes (`CannedNode`), which the relay reads and parses as a node's (so no connection, no system calls, no
+  request waiting on the loop);
 - `canned, no observers`: as above, and the finished call is not logged, counted in metrics or written to the
   ledger.
 The figures are this process's CPU time per request (`time.process_time`, user and system), so the mock node's
@@ -20,13 +21,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import inspect
 import json
 import os
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,29 +110,76 @@ async def measure(app: Callable[..., Any], body: bytes, key: str, requests: int,
     return (time.process_time() - started) / requests * 1e6
 
 
-@contextmanager
-def canned_node() -> Iterator[None]:
-    """Node exchanges answered in-process with the mock node's bytes, read by tokenrelay's own reader."""
-    from tokenrelay.backends.upstream import members, relay
-    from tokenrelay.jsonbytes import dumps, loads
+class CannedReply:
+    """The mock node's answer as a transport hands it to the relay: status and type at once, the body in one piece."""
 
-    answer = loads(mock_node.COMPLETION)
+    def __init__(self, content_type: bytes, body: bytes) -> None:
+        self.status = 200
+        self.content_type = content_type.decode()
+        self.body = body
 
-    async def canned(client: Any, exchange: Any, headers: Any, timeouts: Any, meter: Any) -> AsyncIterator[Any]:
-        dumps(exchange.body)  # what the relay encodes before it sends
-        if exchange.stream:
-            events, _ = relay.StreamReads(exchange.parse, relay.Clock(timeouts)).feed(mock_node.STREAM)
-        else:
-            events = relay._body_events(dict(answer), exchange.parse, "message")
-        yield meter.passed(events)  # the events of one node read, as one batch
-        yield [meter.usage()]
+    async def read(self, deadline: float | None = None) -> bytes:
+        return self.body
 
-    original = members.relay
-    members.relay = canned  # type: ignore[assignment]
+    async def next_piece(self, deadline: float | None = None) -> bytes | None:
+        body, self.body = self.body, b""
+        return body or None
+
+    def release(self) -> None:
+        pass
+
+
+class CannedNode:
+    """A node transport (`backends/upstream/transport.py`) answering every request in this process with the mock
+    node's bytes."""
+
+    def __init__(self, url: str, headers: dict[str, str], connect_timeout: float) -> None:
+        pass
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        deadline: float | None = None,
+    ) -> CannedReply:
+        return CannedReply(*mock_node.answer(body))
+
+    async def close(self) -> None:
+        pass
+
+
+def canned_backend(real: Any) -> Any:
+    """A routed backend of the same model and nodes as `real`, whose nodes are reached through `CannedNode`."""
+    from tokenrelay.backends.upstream import members
+    from tokenrelay.backends.upstream.backend import RoutedBackend
+
+    nodes = [node.settings for node in real.nodes.values()]
+    if "transport" in inspect.signature(RoutedBackend).parameters:
+        return RoutedBackend(real.card.id, real.routing, nodes, transport=CannedNode)
+    # An older tree (`--src`, as `instructions.py` runs it) takes no transport there: its nodes make their clients
+    # by the name `members.NodeClient`, which is given the same transport while they are made, so that both trees
+    # count the same work.
+    made_by = members.NodeClient
+    members.NodeClient = functools.partial(made_by, transport=CannedNode)  # type: ignore[misc]
+    try:
+        return RoutedBackend(real.card.id, real.routing, nodes)
+    finally:
+        members.NodeClient = made_by  # type: ignore[misc]
+
+
+@asynccontextmanager
+async def canned_node(services: Any) -> AsyncIterator[None]:
+    """The benchmark's model served, for a while, by `canned_backend` in place of its own backend."""
+    real = services.registry.get("bench")
+    canned = canned_backend(real)
+    services.registry.put(canned)
     try:
         yield
     finally:
-        members.relay = original
+        services.registry.put(real)
+        await canned.close()
 
 
 @contextmanager
@@ -148,12 +198,12 @@ def no_observers() -> Iterator[None]:
         Services.end_call = original  # type: ignore[method-assign]
 
 
-@contextmanager
-def setup(name: str) -> Iterator[None]:
+@asynccontextmanager
+async def setup(name: str, services: Any) -> AsyncIterator[None]:
     if name == "full":
         yield
         return
-    with canned_node():
+    async with canned_node(services):
         if name == "canned node":
             yield
             return
@@ -175,7 +225,7 @@ async def run(port: int, data: Path, key: str, cells: list[Cell], args: argparse
     results = {}
     async with fastapi_app.router.lifespan_context(fastapi_app):
         for name, stream in cells:
-            with setup(name):
+            async with setup(name, fastapi_app.state.services):
                 results[(name, stream)] = await measure(app, request_body(stream), key, args.requests, args.concurrency)
     return results
 

@@ -73,11 +73,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["method"] == "GET":
         await _send(send, 200, b"application/json", MODELS)
         return
-    body = await _body(receive)
+    await _send(send, 200, *answer(await _body(receive)))
+
+
+def answer(body: bytes) -> tuple[bytes, bytes]:
+    """The content type and bytes of the answer to a request `body`: a stream when it asks for one."""
     if b'"stream":true' in body.replace(b" ", b""):
-        await _send(send, 200, b"text/event-stream", STREAM)
-    else:
-        await _send(send, 200, b"application/json", COMPLETION)
+        return b"text/event-stream", STREAM
+    return b"application/json", COMPLETION
 
 
 async def _send(send: Any, status: int, content_type: str | bytes, data: bytes) -> None:

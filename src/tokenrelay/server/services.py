@@ -22,7 +22,9 @@ from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
 from tokenrelay.backends.registry import Registry
 from tokenrelay.backends.tokens import EngineCounter
 from tokenrelay.backends.upstream.backend import RoutedBackend
+from tokenrelay.backends.upstream.http1 import Pool
 from tokenrelay.backends.upstream.members import EmbeddedMember
+from tokenrelay.backends.upstream.transport import TransportFactory
 from tokenrelay.calls.batch_line import batch_of
 from tokenrelay.calls.record import Call
 from tokenrelay.calls.reporting import FinishedCalls
@@ -54,6 +56,7 @@ class Services:
     registry: Registry = field(default_factory=Registry)
     extras_seen: set[str] = field(default_factory=set)
     tracing: Tracing | None = None  # traces exported (telemetry.otlp_endpoint), else None
+    transport: TransportFactory = Pool  # what upstream nodes' connections are made with
     metrics: Metrics = field(init=False)
     accounting: Accounting = field(init=False)
     nodes: NodeSync = field(init=False)
@@ -124,13 +127,17 @@ class Services:
     ) -> RoutedBackend:
         routing = self.settings.routing_for(model)
         if engine is None:
-            return RoutedBackend(model_id, routing, nodes, dynamic=model is None, tracer=self._tracer)
+            return RoutedBackend(
+                model_id, routing, nodes, dynamic=model is None, tracer=self._tracer, transport=self.transport
+            )
         capacity, counter = None, None
         if isinstance(engine, LlamaCppBackend):
             capacity = engine.engine_settings.slots + engine.engine_settings.queue_size
             counter = EngineCounter(engine)
         member = EmbeddedMember(engine, routing, max_in_flight=capacity)
-        return RoutedBackend(model_id, routing, nodes, embedded=member, counter=counter, tracer=self._tracer)
+        return RoutedBackend(
+            model_id, routing, nodes, embedded=member, counter=counter, tracer=self._tracer, transport=self.transport
+        )
 
     @property
     def _tracer(self) -> Tracer | None:

@@ -33,9 +33,11 @@ from tokenrelay.backends.base import (
 from tokenrelay.backends.tokens import ApproxCounter, TokenCounter, prompt_tokens
 from tokenrelay.backends.upstream.attempt_spans import attempt_span, end_attempt, use_span
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
+from tokenrelay.backends.upstream.http1 import Pool
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
 from tokenrelay.backends.upstream.metering import prompt_text
 from tokenrelay.backends.upstream.router import choose, prefix_key
+from tokenrelay.backends.upstream.transport import TransportFactory
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import APIError, Overloaded, UpstreamError
 from tokenrelay.protocol.chat import ChatCompletionRequest
@@ -63,11 +65,13 @@ class RoutedBackend:
         counter: TokenCounter | None = None,
         dynamic: bool = False,
         tracer: Tracer | None = None,
+        transport: TransportFactory = Pool,
     ) -> None:
         self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(time.time()))
         self.routing = routing
         self.embedded = embedded
         self.counter = counter or ApproxCounter()
+        self.transport = transport  # what each node's connections are made with (tests and benchmarks fake it)
         self.dynamic = dynamic  # created by a node's registration: removed with its last node
         self.tracer = tracer  # set when traces are exported: each attempt on a member is a span
         self.nodes: dict[str, Node] = {}
@@ -79,7 +83,7 @@ class RoutedBackend:
             self.nodes[node.name] = node
 
     def _node(self, settings: UpstreamSettings) -> Node:
-        return Node(settings, self.card.id, self.routing, self.counter)
+        return Node(settings, self.card.id, self.routing, self.counter, self.transport)
 
     # Membership ---------------------------------------------------------------------------------
     async def add_node(self, settings: UpstreamSettings) -> Node:

@@ -20,12 +20,14 @@ from tokenrelay.backends.upstream.client import NodeClient
 from tokenrelay.backends.upstream.embeddings import embedding_body, embeddings_of
 from tokenrelay.backends.upstream.failures import NodeFailure
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
+from tokenrelay.backends.upstream.http1 import Pool
 from tokenrelay.backends.upstream.metering import Meter, TemplateAllowance
 from tokenrelay.backends.upstream.native import native_relay
 from tokenrelay.backends.upstream.native_usage import AnswerReader
 from tokenrelay.backends.upstream.relay import Exchange, exchange_json, fetch, relay
 from tokenrelay.backends.upstream.router import Load
 from tokenrelay.backends.upstream.tokenizer import NodeTokenizer
+from tokenrelay.backends.upstream.transport import TransportFactory
 from tokenrelay.backends.upstream.wire import ChatAsCompletion, chat_events, completion_parser
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import Overloaded
@@ -88,6 +90,7 @@ class Node:
         model_id: str,
         routing: RoutingSettings,
         counter: TokenCounter,
+        transport: TransportFactory = Pool,
     ) -> None:
         self.settings = settings
         self.name = settings.label
@@ -96,8 +99,8 @@ class Node:
         self.node_model = settings.model or model_id
         self.routing = routing
         self.counter = counter
-        self.client = NodeClient(settings, routing.timeouts)
-        self.tokenizer = NodeTokenizer(settings, routing.timeouts)
+        self.client = NodeClient(settings, routing.timeouts, transport)
+        self.tokenizer = NodeTokenizer(settings, routing.timeouts, transport)
         self.template = TemplateAllowance(counter)
         self.load = Load()
         self.breaker = _breaker(routing)

@@ -161,7 +161,7 @@ class UpstreamSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # A host (a name, IPv4 or a bracketed IPv6 address), an optional port and path: what `urlsplit` takes apart.
+    # A host (a name, IPv4 or a bracketed IPv6 address), an optional port and path: what `NodeUrl` takes apart.
     url: str = Field(pattern=_NODE_URL)
     name: str | None = Field(default=None, min_length=1, description="label in logs and status (default: host:port)")
     model: str | None = Field(default=None, description="the node's own name for the model (default: the id)")

@@ -4,7 +4,7 @@ for admin keys only."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import JSONResponse
@@ -32,37 +32,33 @@ Instant = Annotated[
 ]
 
 
-def _accounting(request: Request) -> Any:
-    return services_of(request).accounting
-
-
 @router.post("/keys", status_code=201, openapi_extra=json_body(KeyCreate), responses=error_responses(400, 409))
 async def create_key(request: Request) -> JSONResponse:
     wanted = validate_json(KeyCreate, await request.body())
-    record, secret = await _accounting(request).keys.create(wanted.spec())
+    record, secret = await services_of(request).keys.create(wanted.spec())
     # The secret is in this response and nowhere else, ever.
     return JSONResponse({**record.to_json(), "key": secret}, status_code=201)
 
 
 @router.get("/keys")
 async def list_keys(request: Request) -> JSONResponse:
-    records = await _accounting(request).keys.list()
+    records = await services_of(request).keys.list()
     return JSONResponse({"object": "list", "data": [r.to_json() for r in records]})
 
 
 @router.get("/keys/{ref}", responses=error_responses(404))
 async def get_key(ref: str, request: Request) -> JSONResponse:
-    return JSONResponse((await _accounting(request).keys.get(ref)).to_json())
+    return JSONResponse((await services_of(request).keys.get(ref)).to_json())
 
 
 @router.delete("/keys/{ref}", responses=error_responses(404))
 async def revoke_key(ref: str, request: Request) -> JSONResponse:
-    return JSONResponse((await _accounting(request).keys.revoke(ref)).to_json())
+    return JSONResponse((await services_of(request).keys.revoke(ref)).to_json())
 
 
 @router.post("/keys/{ref}/rotate", responses=error_responses(404, 409))
 async def rotate_key(ref: str, request: Request) -> JSONResponse:
-    record, secret = await _accounting(request).keys.rotate(ref)
+    record, secret = await services_of(request).keys.rotate(ref)
     return JSONResponse({**record.to_json(), "key": secret})
 
 
@@ -82,10 +78,10 @@ async def get_usage(
     by: Literal[GROUPINGS] | None = None,  # type: ignore[valid-type]
 ) -> JSONResponse:
     start = _instant(since, "since")
-    accounting = _accounting(request)
-    await accounting.ledger.flush()  # this replica's queued rows count too
+    server = services_of(request)
+    await server.ledger.flush()  # this replica's queued rows count too
     query = UsageQuery(key=key, model=model, since=start, by=by)
-    report = await usage_report(accounting.engine, query, accounting.settings.currency)
+    report = await usage_report(server.database, query, server.settings.currency)
     return JSONResponse(report)
 
 
@@ -107,7 +103,7 @@ async def get_usage_series(
         span = window(bucket, _instant(since, "since"), _instant(until, "until"), utcnow())
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="since") from None
-    accounting = _accounting(request)
-    await accounting.ledger.flush()
+    server = services_of(request)
+    await server.ledger.flush()
     query = SeriesQuery(window=span, by=by, key=key, model=model, limit=shown)
-    return JSONResponse(await usage_series(accounting.engine, query, accounting.settings.currency))
+    return JSONResponse(await usage_series(server.database, query, server.settings.currency))

@@ -17,8 +17,8 @@ from tokenrelay.backends.base import (
     TokenLogprob,
     ToolCallDelta,
     Usage,
+    aclose_quietly,
 )
-from tokenrelay.calls.record import aclose_quietly
 
 # One stream chunk's body, before it is encoded and framed.
 Chunk = dict[str, Any]

@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from tokenrelay.api.disconnect import cancel_on_disconnect
-from tokenrelay.api.server import services_of
+from tokenrelay.api.server import Server, services_of
 from tokenrelay.api.sse import EventStream, Framing, Piece
 from tokenrelay.calls.record import Call, ClientGone, record_failure
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.jsonbytes import dumps
 
-if TYPE_CHECKING:
-    from tokenrelay.api.server import Services
-
 # The model that served a call: on every answer, not only a fallback's, so clients need not tell the two apart.
 SERVED_MODEL = b"x-tokenrelay-served-model"
 
 # What a call does once opened: parse, admit, run and answer (`run_call` reports it if this fails).
-CallWork = Callable[[Request, Call, "Services"], Awaitable[Response]]
+CallWork = Callable[[Request, Call, Server], Awaitable[Response]]
 
 
 async def run_call(request: Request, endpoint_name: str, work: CallWork) -> Response:

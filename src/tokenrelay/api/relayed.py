@@ -19,8 +19,18 @@ from starlette.responses import Response
 from tokenrelay.api.collect import Chunk
 from tokenrelay.api.lifecycle import stream_or_collect
 from tokenrelay.api.sse import RawFraming
-from tokenrelay.backends.base import Backend, Events, NativeApi, NativeRelay, NativeRequest, NodeStored, Raw, Served
-from tokenrelay.calls.record import Call, aclose_quietly, observed
+from tokenrelay.backends.base import (
+    Backend,
+    Events,
+    NativeApi,
+    NativeRelay,
+    NativeRequest,
+    NodeStored,
+    Raw,
+    Served,
+    aclose_quietly,
+)
+from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import APIError, Overloaded
 
 # Remembers what a node keeps: (the object's id, the node's name).

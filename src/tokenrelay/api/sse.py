@@ -12,7 +12,8 @@ from starlette.types import Receive, Scope, Send
 
 from tokenrelay.api.collect import Chunk
 from tokenrelay.api.disconnect import cancel_on_disconnect
-from tokenrelay.calls.record import ClientGone, aclose_quietly
+from tokenrelay.backends.base import aclose_quietly
+from tokenrelay.calls.record import ClientGone
 from tokenrelay.errors import APIError
 from tokenrelay.jsonbytes import dumps
 

@@ -38,7 +38,7 @@ class KeyCreate(BaseModel):
     tpm: PositiveLimit | None = None
     budget_tokens: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     # Below a trillion units of currency; what is finer than a micro-unit is rounded to one.
-    budget_cost: decimal_amount(12) | None = Field(  # type: ignore[valid-type]
+    budget_cost: decimal_amount(12) | None = Field(  # type: ignore[valid-type]  # an Annotated type a call builds
         default=None, description="money this key may spend per budget period, in the server's currency"
     )
     budget_period: Period = Field(

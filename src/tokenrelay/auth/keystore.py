@@ -12,10 +12,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tokenrelay.auth.keysecrets import display_prefix, hash_secret, new_key_id, new_secret, same_hash
-from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import InvalidRequest, NotFound
 from tokenrelay.limits.periods import next_reset, period_start
 from tokenrelay.pricing.cost import money
+from tokenrelay.principal import Principal
 from tokenrelay.store.schema import api_keys, key_counters
 from tokenrelay.store.timeutil import iso, utcnow
 
@@ -101,7 +101,7 @@ _RECORD_COLUMNS = [
 ]
 
 
-def _record(row: Row[Any], now: datetime) -> KeyRecord:
+def _record(row: Row, now: datetime) -> KeyRecord:
     fields = row._asdict()
     start = period_start(row.budget_period, now)
     if start is not None and (row.period_start is None or row.period_start < start):
@@ -110,7 +110,7 @@ def _record(row: Row[Any], now: datetime) -> KeyRecord:
     return KeyRecord(**fields, resets_at=next_reset(row.budget_period, now))
 
 
-def _principal(row: Row[Any]) -> Principal:
+def _principal(row: Row) -> Principal:
     models = frozenset(row.models) if row.models is not None else None
     return Principal(
         key_id=row.id,

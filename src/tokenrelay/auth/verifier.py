@@ -11,9 +11,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tokenrelay.auth.keysecrets import hash_secret, looks_like_key, same_hash
 from tokenrelay.auth.keystore import KeyStore
-from tokenrelay.auth.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
 from tokenrelay.config import Settings
 from tokenrelay.errors import AuthenticationError, Overloaded
+from tokenrelay.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
 from tokenrelay.store.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -70,10 +70,10 @@ class KeyVerifier:
                 return principal
         if not looks_like_key(token):
             return None
-        principal = await self._principal(digest)
-        if principal is None or principal.expired(utcnow()):
+        found = await self._principal(digest)
+        if found is None or found.expired(utcnow()):
             return None
-        return principal
+        return found
 
     async def authenticate(self, token: str | None) -> Principal:
         """The caller of a `/v1` request that sent `token` as its bearer token (None: no usable one);

@@ -8,6 +8,7 @@ upstream nodes share one renderer, one ledger and one set of metrics.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -19,6 +20,8 @@ from tokenrelay.jsonbytes import dumps
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -177,6 +180,17 @@ class Ticket:
     consumed: Usage | None = None
     # Set when traces are exported; the call's span is the current span while the backend is asked and read.
     tracer: Tracer | None = None
+
+
+async def aclose_quietly(events: AsyncIterator[object]) -> None:
+    """Close a backend's event stream (if it can be closed); a failure of its own cleanup is logged, not raised."""
+    aclose = getattr(events, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        await aclose()
+    except Exception:  # the backend's own cleanup failing must not hide the call's real outcome
+        log.exception("closing a backend stream failed")
 
 
 class Backend(Protocol):

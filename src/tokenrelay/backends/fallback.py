@@ -30,8 +30,8 @@ from tokenrelay.backends.base import (
     PromptCount,
     Served,
     Ticket,
+    aclose_quietly,
 )
-from tokenrelay.calls.record import aclose_quietly
 from tokenrelay.config import ModelSettings
 from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED, APIError
 from tokenrelay.protocol.chat import ChatCompletionRequest

@@ -7,7 +7,6 @@ a finished `Call`, whichever backend served it and whether it streamed, failed o
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from tokenrelay.backends.base import (
     Ticket,
     ToolCallDelta,
     Usage,
+    aclose_quietly,
 )
 from tokenrelay.backends.tokens import event_tokens
 from tokenrelay.errors import APIError
@@ -31,11 +31,8 @@ from tokenrelay.errors import APIError
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from tokenrelay.auth.principal import Principal
     from tokenrelay.limits.limiter import Reservation
-
-log = logging.getLogger(__name__)
-
+    from tokenrelay.principal import Principal
 
 @dataclass
 class Call:
@@ -152,16 +149,6 @@ async def observed(batches: AsyncIterator[Events], call: Call) -> AsyncIterator[
             call.report_usage(call.ticket.consumed)
         call.ended = time.monotonic()
         call.estimate_usage()
-
-
-async def aclose_quietly(events: AsyncIterator[object]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is None:
-        return
-    try:
-        await aclose()
-    except Exception:  # the backend's own cleanup failing must not hide the call's real outcome
-        log.exception("closing a backend stream failed")
 
 
 class ClientGone(Exception):

@@ -21,21 +21,21 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, case, delete, insert, literal, select, update
+from sqlalchemy import ColumnElement, Row, case, delete, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.buckets import drained, drained_sql, retry_after
 from tokenrelay.limits.cost import Charge
 from tokenrelay.limits.periods import next_reset, period_start
 from tokenrelay.limits.rates import Levels, RateAsk, RateBuckets
 from tokenrelay.pricing.cost import money
+from tokenrelay.principal import Principal
 from tokenrelay.store.schema import key_counters, reservations
 from tokenrelay.store.timeutil import iso, utcnow
 
@@ -143,7 +143,8 @@ class Limiter:
             conditions.append(level + charge.tokens <= principal.tpm)
             values.update(tpm_level=level + charge.tokens, tpm_at=now)
         if principal.budgeted:
-            tokens_used, cost_used = c.budget_used, c.cost_used
+            tokens_used: ColumnElement[Any] = c.budget_used
+            cost_used: ColumnElement[Any] = c.cost_used
             start = period_start(principal.budget_period, today)
             if start is not None:  # a new period's first admission starts the spend from zero
                 fresh = c.period_start.is_(None) | (c.period_start < start)
@@ -204,7 +205,7 @@ class Asked:
     currency: str
 
 
-def period_spend(principal: Principal, row: Row[Any], today: datetime) -> tuple[int, int]:
+def period_spend(principal: Principal, row: Row, today: datetime) -> tuple[int, int]:
     """(tokens, micro-units) the key has spent in the current period, as its counters row says."""
     start = period_start(principal.budget_period, today)
     if start is not None and (row.period_start is None or row.period_start < start):
@@ -212,7 +213,7 @@ def period_spend(principal: Principal, row: Row[Any], today: datetime) -> tuple[
     return int(row.budget_used), int(row.cost_used)
 
 
-def refusal(asked: Asked, row: Row[Any] | Levels | None) -> Exception:
+def refusal(asked: Asked, row: Row | Levels | None) -> Exception:
     """The 429 for a refused admission: the limit with the least room left.
 
     Read after the refusing UPDATE, so requests settling in between may have made room again; the limit
@@ -223,7 +224,7 @@ def refusal(asked: Asked, row: Row[Any] | Levels | None) -> Exception:
     return min(_candidates(asked, row), key=lambda pair: pair[0])[1]
 
 
-def _candidates(asked: Asked, row: Row[Any] | Levels) -> list[tuple[float, Exception]]:
+def _candidates(asked: Asked, row: Row | Levels) -> list[tuple[float, Exception]]:
     principal, charge, now = asked.principal, asked.charge, asked.now
     found = [] if isinstance(row, Levels) else _budget_candidates(asked, row)  # Redis's buckets hold no budgets
     if principal.rpm is not None:
@@ -239,7 +240,7 @@ def _candidates(asked: Asked, row: Row[Any] | Levels) -> list[tuple[float, Excep
     return found
 
 
-def _budget_candidates(asked: Asked, row: Row[Any]) -> list[tuple[float, Exception]]:
+def _budget_candidates(asked: Asked, row: Row) -> list[tuple[float, Exception]]:
     principal, charge = asked.principal, asked.charge
     tokens_used, cost_used = period_spend(principal, row, asked.today)
     period = "" if principal.budget_period == "total" else f"{principal.budget_period} "
@@ -269,7 +270,7 @@ def _rate_limited(message: str, wait: int) -> RateLimited:
     return RateLimited(f"{message} Retry after {wait} s.", headers={"Retry-After": str(wait)})
 
 
-def _sum_by_key(rows: list[Row[Any]]) -> dict[str, tuple[int, int]]:
+def _sum_by_key(rows: Sequence[Row]) -> dict[str, tuple[int, int]]:
     totals: dict[str, tuple[int, int]] = {}
     for key_id, tokens, micros in rows:
         held = totals.get(key_id, (0, 0))

@@ -1,1 +1,2 @@
-"""The OpenAI-compatible API: a package per endpoint, and what they share (the serving flow, SSE, rendering)."""
+"""The OpenAI-compatible API: a package per endpoint, and what chat and completions share (their serving flow
+and rendering)."""

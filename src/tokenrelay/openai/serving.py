@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,14 +14,12 @@ from starlette.responses import Response
 from tokenrelay.api.collect import Chunk, Collected, collect
 from tokenrelay.api.lifecycle import run_call, stream_or_collect
 from tokenrelay.api.parsing import parse_body
+from tokenrelay.api.server import Server
 from tokenrelay.api.sse import OPENAI
 from tokenrelay.backends.base import Backend, Events, Served, Ticket
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.openai.render import ResponseMeta
 from tokenrelay.protocol.common import GenerationRequest
-
-if TYPE_CHECKING:
-    from tokenrelay.api.server import Services
 
 
 class Endpoint(Protocol):
@@ -55,7 +53,7 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
     return await run_call(request, endpoint.name, functools.partial(_generate, endpoint))
 
 
-async def _generate(endpoint: Endpoint, request: Request, call: Call, services: Services) -> Response:
+async def _generate(endpoint: Endpoint, request: Request, call: Call, services: Server) -> Response:
     body = await parse_body(request, endpoint.request_model, services.settings.max_n)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
     backend = await services.admit(call, body)

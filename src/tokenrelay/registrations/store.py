@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Row, delete, select
+from sqlalchemy import Row, Table, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -16,7 +17,11 @@ from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.store.schema import registered_nodes
 from tokenrelay.store.timeutil import utcnow
 
-_INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+# Each dialect's INSERT, with its ON CONFLICT clauses (the two dialects spell them alike).
+_INSERTS: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,7 @@ class NodeStore:
             rows = (await conn.execute(select(registered_nodes).order_by(registered_nodes.c.created_at))).all()
         return [self._stored(row) for row in rows]
 
-    def _stored(self, row: Row[Any]) -> StoredNode:
+    def _stored(self, row: Row) -> StoredNode:
         settings: dict[str, Any] = dict(row.settings)
         if row.api_key_sealed is not None:
             opened = self.seal.open(row.api_key_sealed)

@@ -13,7 +13,6 @@ from sqlalchemy.engine import make_url
 
 from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.loopback import is_loopback
-from tokenrelay.auth.principal import Principal
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
 from tokenrelay.calls.record import Call
@@ -26,6 +25,7 @@ from tokenrelay.limits.rates import FailoverRates
 from tokenrelay.limits.shared_rates import SharedRates
 from tokenrelay.pricing.book import PriceBook
 from tokenrelay.pricing.cost import cost_micros, worst_cost_micros
+from tokenrelay.principal import Principal
 from tokenrelay.store.database import create_engine, database_url, redacted
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.usage.ledger import Ledger

@@ -20,6 +20,7 @@ from tokenrelay.admin import metrics as metrics_route
 from tokenrelay.admin import nodes as admin_nodes
 from tokenrelay.admin import routes as admin_routes
 from tokenrelay.anthropic.messages import router as messages
+from tokenrelay.api.server import serve_with
 from tokenrelay.apidoc.document import install_document
 from tokenrelay.auth.dialects import Dialects
 from tokenrelay.config import Settings
@@ -66,7 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = Services(settings, tracing=tracing)
-        app.state.services = services
+        serve_with(app, services)
         try:
             await services.start()
             announce(settings.host, settings.port, services.registry.all())

@@ -10,10 +10,11 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 
 from tokenrelay.api.server import caller_of
-from tokenrelay.auth.principal import Principal
+from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
 from tokenrelay.backends.fallback import FallbackBackend, Fallbacks
@@ -38,14 +39,16 @@ from tokenrelay.observability.requestlog import log_call
 from tokenrelay.observability.tracing import genai
 from tokenrelay.observability.tracing.setup import Tracing
 from tokenrelay.openai.batches.runner import BatchRunner
-from tokenrelay.openai.batches.store import BatchStore
-from tokenrelay.openai.files.store import FileStore
-from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.pricing.book import PriceBook
+from tokenrelay.principal import Principal
 from tokenrelay.registrations.sealing import KeySeal
 from tokenrelay.registrations.store import NodeStore
 from tokenrelay.registrations.sync import NodeSync
 from tokenrelay.server.accounting import Accounting
+from tokenrelay.store.batches import BatchStore
+from tokenrelay.store.files import FileStore
+from tokenrelay.store.responses import ResponseStore
+from tokenrelay.usage.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,18 @@ class Services:
     @property
     def verifier(self) -> KeyVerifier:
         return self.accounting.verifier
+
+    @property
+    def keys(self) -> KeyStore:
+        return self.accounting.keys
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.accounting.ledger
+
+    @property
+    def database(self) -> AsyncEngine:
+        return self.accounting.engine
 
     async def start(self) -> None:
         await self.accounting.start()

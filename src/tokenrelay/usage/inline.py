@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy import DateTime, bindparam, update
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Dialect
 
 from tokenrelay.store.schema import api_keys, usage
 from tokenrelay.usage.rows import LedgerEntry, last_use
@@ -111,7 +111,7 @@ def _touch_statement() -> Any:
     return update(api_keys).where(c.id == bindparam("key_id"), stale).values(last_used_at=bindparam("when"))
 
 
-def _converters(dialect: sqlite.dialect, columns: Sequence[str]) -> list[tuple[int, Callable[[Any], Any]]]:
+def _converters(dialect: Dialect, columns: Sequence[str]) -> list[tuple[int, Callable[[Any], Any]]]:
     """The columns that have a bind processor (SQLite keeps datetimes as text in SQLAlchemy's format), by position."""
     converters = []
     for position, name in enumerate(columns):
@@ -121,7 +121,7 @@ def _converters(dialect: sqlite.dialect, columns: Sequence[str]) -> list[tuple[i
     return converters
 
 
-def _processor(dialect: sqlite.dialect, column: str) -> Callable[[Any], Any] | None:
+def _processor(dialect: Dialect, column: str) -> Callable[[Any], Any] | None:
     # The dialect's own type (SQLite's DATETIME writes text in SQLAlchemy's format); the generic type has none.
     process = usage.c[column].type.dialect_impl(dialect).bind_processor(dialect)
     if process is None or not isinstance(usage.c[column].type, DateTime):

@@ -7,11 +7,12 @@ when prices change later; `unpriced_requests` counts rows of models without pric
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Integer, case, func, select
+from sqlalchemy import ColumnElement, Integer, Row, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tokenrelay.store.schema import usage
@@ -58,9 +59,9 @@ def _groups(by: GroupBy | None) -> list[Any]:
     return []
 
 
-def conditions(query: UsageQuery) -> list[Any]:
+def conditions(query: UsageQuery) -> list[ColumnElement[bool]]:
     """The ledger rows a query covers (also what the usage series filter by)."""
-    found = []
+    found: list[ColumnElement[bool]] = []
     if query.key is not None:
         found.append((u.key_id == query.key) | (u.key_name == query.key))
     if query.model is not None:
@@ -93,7 +94,7 @@ async def usage_report(engine: AsyncEngine, query: UsageQuery, currency: str) ->
     where = conditions(query)
     async with engine.connect() as conn:
         total = (await conn.execute(select(*_measures()).where(*where))).one()
-        rows = []
+        rows: Sequence[Row] = []
         if keys:
             grouped = select(*keys, *_measures()).where(*where).group_by(*keys).order_by(*keys)
             rows = (await conn.execute(grouped)).all()

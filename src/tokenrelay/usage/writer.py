@@ -9,9 +9,9 @@ budget is given back, so the ledger holds one row per line and the budget pays f
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
 
-from sqlalchemy import Insert, Row, case, delete, literal, select, update
+from sqlalchemy import Row, Table, case, delete, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -19,7 +19,11 @@ from tokenrelay.limits.settle import Spent, settle
 from tokenrelay.store.schema import api_keys, key_counters, usage
 from tokenrelay.usage.rows import LedgerEntry, last_use
 
-_INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+# Each dialect's INSERT, with its ON CONFLICT clauses (the two dialects spell them alike).
+_INSERTS: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
 
 
 async def write_batch(engine: AsyncEngine, entries: list[LedgerEntry], *, maybe_written: bool = True) -> int:
@@ -42,7 +46,7 @@ async def write_batch(engine: AsyncEngine, entries: list[LedgerEntry], *, maybe_
     return len(fresh)
 
 
-def _insert(conn: AsyncConnection) -> Insert:
+def _insert(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
     return _INSERTS[conn.dialect.name](usage).on_conflict_do_nothing(index_elements=["id"])
 
 
@@ -69,7 +73,7 @@ async def _keep_latest_runs(conn: AsyncConnection, request_ids: set[str]) -> Non
     if not earlier:
         return
     await conn.execute(delete(usage).where(c.id.in_([row.id for row in earlier])))
-    refunds: dict[str, list[Row[Any]]] = defaultdict(list)
+    refunds: dict[str, list[Row]] = defaultdict(list)
     for row in earlier:
         if row.key_id is not None:
             refunds[row.key_id].append(row)
@@ -77,7 +81,7 @@ async def _keep_latest_runs(conn: AsyncConnection, request_ids: set[str]) -> Non
         await _refund(conn, key_id, runs)
 
 
-async def _refund(conn: AsyncConnection, key_id: str, runs: list[Row[Any]]) -> None:
+async def _refund(conn: AsyncConnection, key_id: str, runs: list[Row]) -> None:
     """Give back what earlier runs charged, those that ended in the key's current budget period (a spend counted
     in a period that has since ended is already gone). The counts stay at least 0: a key given its budget after
     the earlier run was never charged for it."""

@@ -12,10 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from tokenrelay.auth.keystore import KeySpec, KeyStore
-from tokenrelay.auth.principal import ANONYMOUS, STATIC_KEY
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.config import AccountingSettings, Settings
 from tokenrelay.errors import AuthenticationError, InvalidRequest
+from tokenrelay.principal import ANONYMOUS, STATIC_KEY
 from tokenrelay.store.database import create_engine
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import api_keys

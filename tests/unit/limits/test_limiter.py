@@ -15,11 +15,11 @@ from sqlalchemy.engine import make_url
 
 from tokenrelay.auth.keysecrets import hash_secret
 from tokenrelay.auth.keystore import KeySpec, KeyStore
-from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.cost import Charge
 from tokenrelay.limits.limiter import BudgetState, Limiter
 from tokenrelay.limits.settle import Spent, settle
+from tokenrelay.principal import Principal
 from tokenrelay.store.database import create_engine
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import reservations

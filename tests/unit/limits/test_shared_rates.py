@@ -19,13 +19,13 @@ from sqlalchemy.engine import make_url
 
 from tokenrelay.auth.keysecrets import hash_secret
 from tokenrelay.auth.keystore import KeySpec, KeyStore
-from tokenrelay.auth.principal import Principal
 from tokenrelay.errors import QuotaExceeded, RateLimited
 from tokenrelay.limits.cost import Charge
 from tokenrelay.limits.limiter import Limiter
 from tokenrelay.limits.local_rates import LocalRates
 from tokenrelay.limits.rates import FailoverRates, RateAsk
 from tokenrelay.limits.shared_rates import SharedRates
+from tokenrelay.principal import Principal
 from tokenrelay.store.database import create_engine
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.store.schema import key_counters

@@ -13,13 +13,13 @@ import pytest
 from aiohttp import web
 from upstream_fakes import ON_ASYNCIO, FakeNodes, Stream, answer, error, nodes_fixture
 
-from tokenrelay.auth.principal import ANONYMOUS, Principal
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.calls.record import Call
 from tokenrelay.config import Settings
 from tokenrelay.errors import AuthenticationError, ModelNotFound
-from tokenrelay.openai.responses.store import StoredResponse
+from tokenrelay.principal import ANONYMOUS, Principal
 from tokenrelay.server.app import create_app
+from tokenrelay.store.responses import StoredResponse
 
 pytestmark = ON_ASYNCIO
 nodes = nodes_fixture()

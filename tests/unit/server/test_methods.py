@@ -9,9 +9,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from tokenrelay.auth.principal import ANONYMOUS, Principal
 from tokenrelay.config import Settings
 from tokenrelay.errors import AuthenticationError
+from tokenrelay.principal import ANONYMOUS, Principal
 from tokenrelay.server.app import create_app
 
 

@@ -10,7 +10,7 @@ message (`api/relayed.py`), after the same validation and admission.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -24,16 +24,13 @@ from tokenrelay.api.collect import collect
 from tokenrelay.api.lifecycle import run_call, stream_or_collect
 from tokenrelay.api.parsing import read_body, validate_json
 from tokenrelay.api.relayed import forwarded_headers, relayed_response, relays
-from tokenrelay.api.server import caller_of, services_of
+from tokenrelay.api.server import Server, caller_of, services_of
 from tokenrelay.api.sse import NamedFraming
 from tokenrelay.backends.base import NativeApi, NativeRequest, NodeBacked, Served
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.errors import ModelNotFound
 from tokenrelay.jsonbytes import loads
-
-if TYPE_CHECKING:
-    from tokenrelay.api.server import Services
 
 ENDPOINT: NativeApi = "messages"  # the ledger's, the metrics' and the request log's name for these calls
 # The client's headers a Messages node gets: which API version and betas the client's body is written for.
@@ -46,7 +43,7 @@ async def create_message(request: Request) -> Response:
     return await run_call(request, ENDPOINT, _create)
 
 
-async def _create(request: Request, call: Call, services: Services) -> Response:
+async def _create(request: Request, call: Call, services: Server) -> Response:
     raw = await read_body(request.receive)
     body = validated(raw, MessagesRequest)
     chat = to_chat(body, stream=bool(body.stream))

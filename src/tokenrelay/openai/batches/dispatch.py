@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message
 
 from tokenrelay.auth.caller import ACTING_FOR
-from tokenrelay.auth.principal import Principal
 from tokenrelay.calls.batch_line import BATCH_EXTENSION
+from tokenrelay.principal import Principal
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from tokenrelay.openai.responses.serving import parse as parse_responses
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
+from tokenrelay.store.batches import InputLine
 
 # The endpoints a batch may name, each with the validation its route applies to a body.
 Validator = Callable[[bytes, int], Any]
@@ -30,13 +31,6 @@ VALIDATORS: dict[str, Validator] = {
 ENDPOINTS = tuple(VALIDATORS)
 
 MAX_ERRORS = 1000  # a batch's error list names at most this many lines
-
-
-@dataclass(frozen=True, slots=True)
-class InputLine:
-    line: int
-    custom_id: str
-    body: dict[str, Any]
 
 
 @dataclass

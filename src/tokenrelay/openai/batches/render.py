@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from tokenrelay.openai.files.store import epoch
+from tokenrelay.store.files import epoch
 
 _TIMES = (
     "created_at",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenrelay.jsonbytes import loads
-from tokenrelay.openai.batches.store import ClaimedLine, LineResult
+from tokenrelay.store.batches import ClaimedLine, LineResult
 from tokenrelay.store.ids import time_ordered_id
 
 _STOPPED = {

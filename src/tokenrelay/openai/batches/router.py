@@ -9,16 +9,15 @@ from pydantic import Field
 from starlette.responses import JSONResponse
 
 from tokenrelay.api.parsing import read_body, validate_json
-from tokenrelay.api.server import caller_of, services_of
+from tokenrelay.api.server import Waking, caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
 from tokenrelay.errors import InvalidRequest, NotFound
 from tokenrelay.openai.batches.render import batch_body
-from tokenrelay.openai.batches.runner import BatchRunner
-from tokenrelay.openai.batches.store import BatchStore
 from tokenrelay.openai.files.router import not_found as file_not_found
 from tokenrelay.openai.files.router import page
 from tokenrelay.protocol.common import WireModel
+from tokenrelay.store.batches import BatchStore
 
 router = APIRouter()
 
@@ -78,13 +77,11 @@ async def cancel(batch_id: str, request: Request) -> JSONResponse:
 
 
 def _store(request: Request) -> BatchStore:
-    store: BatchStore = services_of(request).batches
-    return store
+    return services_of(request).batches
 
 
-def _runner(request: Request) -> BatchRunner:
-    runner: BatchRunner = services_of(request).batch_runner
-    return runner
+def _runner(request: Request) -> Waking:
+    return services_of(request).batch_runner
 
 
 def _not_found(batch_id: str) -> NotFound:

@@ -21,15 +21,15 @@ from typing import Any
 
 from starlette.types import ASGIApp
 
-from tokenrelay.auth.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
 from tokenrelay.config import BatchSettings
 from tokenrelay.jsonbytes import dumps, loads
 from tokenrelay.openai.batches.dispatch import Answer, dispatch
 from tokenrelay.openai.batches.lines import check_input
 from tokenrelay.openai.batches.render import usage_of
 from tokenrelay.openai.batches.results import line_result, stopped_line
-from tokenrelay.openai.batches.store import BatchStore, ClaimedLine
-from tokenrelay.openai.files.store import new_file_values
+from tokenrelay.principal import ADMIN_KEY, ANONYMOUS, STATIC_KEY, Principal
+from tokenrelay.store.batches import BatchStore, ClaimedLine
+from tokenrelay.store.files import new_file_values
 from tokenrelay.store.ids import time_ordered_id
 
 log = logging.getLogger(__name__)

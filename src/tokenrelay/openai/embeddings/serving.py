@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,6 +10,7 @@ from starlette.responses import Response
 from tokenrelay.api.disconnect import cancel_on_disconnect
 from tokenrelay.api.lifecycle import JSONBody
 from tokenrelay.api.parsing import read_body, validate_json
+from tokenrelay.api.server import Server
 from tokenrelay.backends.base import Embeddings, Usage
 from tokenrelay.calls.record import Call
 from tokenrelay.config import ModelSettings
@@ -18,13 +18,10 @@ from tokenrelay.errors import InvalidRequest
 from tokenrelay.openai.embeddings import render
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
-if TYPE_CHECKING:
-    from tokenrelay.api.server import Services
-
 ENDPOINT = "embeddings"  # the ledger's and the metrics' name for it
 
 
-async def respond(request: Request, call: Call, services: Services) -> Response:
+async def respond(request: Request, call: Call, services: Server) -> Response:
     """What `run_call` runs for `POST /v1/embeddings`."""
     body = validate_json(EmbeddingRequest, await read_body(request.receive))
     call.model, call.user = body.model, body.user

@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.errors import InvalidRequest, NotFound
-from tokenrelay.openai.files.store import FileStore, StoredFile
+from tokenrelay.store.files import FileStore, StoredFile
 
 router = APIRouter()
 
@@ -114,8 +114,7 @@ async def _found(request: Request, file_id: str) -> StoredFile:
 
 
 def _store(request: Request) -> FileStore:
-    store: FileStore = services_of(request).files
-    return store
+    return services_of(request).files
 
 
 def not_found(file_id: str) -> NotFound:

@@ -9,7 +9,7 @@ checks that the caller's key made it, then forwards the call (the node sees only
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Query, Request
@@ -24,8 +24,8 @@ from tokenrelay.errors import NotFound, UpstreamError
 from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import item_list
 from tokenrelay.openai.responses.serving import create_response
-from tokenrelay.openai.responses.store import ResponseStore, StoredResponse
 from tokenrelay.openai.serving import GENERATION_ERRORS
+from tokenrelay.store.responses import ResponseStore, StoredResponse
 
 router = APIRouter()
 
@@ -80,8 +80,7 @@ async def input_items(
 
 
 def _store(request: Request) -> ResponseStore:
-    store: Any = services_of(request).responses
-    return store
+    return services_of(request).responses
 
 
 async def _stored(request: Request, response_id: str) -> StoredResponse:

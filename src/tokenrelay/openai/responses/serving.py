@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
@@ -28,10 +28,11 @@ from tokenrelay.api.disconnect import cancel_on_disconnect
 from tokenrelay.api.lifecycle import JSONBody, run_call, streamed
 from tokenrelay.api.parsing import read_body, validate_json
 from tokenrelay.api.relayed import relayed_response, relays
+from tokenrelay.api.server import Server
 from tokenrelay.api.sse import NamedFraming
-from tokenrelay.backends.base import Backend, Events, NativeApi, NativeRequest, Served, Ticket
+from tokenrelay.backends.base import Backend, Events, NativeApi, NativeRequest, Served, Ticket, aclose_quietly
 from tokenrelay.backends.fallback import started
-from tokenrelay.calls.record import Call, aclose_quietly, observed
+from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED as CONTEXT_FULL
 from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
 from tokenrelay.jsonbytes import loads
@@ -39,12 +40,9 @@ from tokenrelay.openai.responses import translate
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.protocol import ResponsesRequest
 from tokenrelay.openai.responses.render import ResponseHead, collected_response
-from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.openai.responses.stream import Payload, ResponseStream
 from tokenrelay.protocol.chat import ChatCompletionRequest
-
-if TYPE_CHECKING:
-    from tokenrelay.api.server import Services
+from tokenrelay.store.responses import ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +54,7 @@ async def create_response(request: Request) -> Response:
     return await run_call(request, ENDPOINT, _respond)
 
 
-async def _respond(request: Request, call: Call, services: Services) -> Response:
+async def _respond(request: Request, call: Call, services: Server) -> Response:
     raw = await read_body(request.receive)
     body = parse(raw)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
@@ -82,7 +80,7 @@ async def _respond(request: Request, call: Call, services: Services) -> Response
     return JSONBody(response)
 
 
-async def _relay(request: Request, call: Call, services: Services, body: ResponsesRequest, raw: bytes) -> Response:
+async def _relay(request: Request, call: Call, services: Server, body: ResponsesRequest, raw: bytes) -> Response:
     """The body as sent to a node that serves Responses itself. The node keeps its responses; the gateway
     keeps whose each is and which node holds it, so that reads of it (`router.py`) and a `previous_response_id`
     reach that node, for the key that made it only (the node sees the gateway's key alone)."""

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from tokenrelay.auth.principal import ANONYMOUS, Principal
 from tokenrelay.backends.base import Event, Events, Finish, PromptCount, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.calls.record import Call
 from tokenrelay.config import Settings
 from tokenrelay.errors import APIError, AuthenticationError, ModelNotFound, Overloaded
+from tokenrelay.principal import ANONYMOUS, Principal
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.server.app import create_app
 

@@ -16,14 +16,23 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tokenrelay.auth.principal import Principal
-from tokenrelay.openai.batches.lines import InputLine
-from tokenrelay.openai.files.ownership import visible_to
+from tokenrelay.principal import Principal
 from tokenrelay.store.ids import time_ordered_id
+from tokenrelay.store.ownership import visible_to
 from tokenrelay.store.schema import batch_lines, batches, files
 from tokenrelay.store.timeutil import utcnow
 
 B, L = batches.c, batch_lines.c
+
+
+@dataclass(frozen=True, slots=True)
+class InputLine:
+    """A line of a batch's input file, checked: its number, its `custom_id` and its request body."""
+
+    line: int
+    custom_id: str
+    body: dict[str, Any]
+
 
 STATES = ("validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled")
 

@@ -14,9 +14,9 @@ from accounting_support import postgres_database, sqlite_url
 from sqlalchemy import update
 
 from tokenrelay.config import ResponsesSettings, Settings
-from tokenrelay.openai.responses.store import ResponseStore
 from tokenrelay.store.database import create_engine, database_url
 from tokenrelay.store.migrate import upgrade
+from tokenrelay.store.responses import ResponseStore
 from tokenrelay.store.schema import responses
 from tokenrelay.store.timeutil import utcnow
 

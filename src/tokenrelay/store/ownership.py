@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import ColumnElement, Table, true
 
-from tokenrelay.auth.principal import Principal
+from tokenrelay.principal import Principal
 
 
 def visible_to(table: Table, principal: Principal) -> ColumnElement[bool]:

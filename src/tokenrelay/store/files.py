@@ -9,9 +9,9 @@ from typing import Literal
 from sqlalchemy import ColumnElement, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tokenrelay.auth.principal import Principal
-from tokenrelay.openai.files.ownership import visible_to
+from tokenrelay.principal import Principal
 from tokenrelay.store.ids import time_ordered_id
+from tokenrelay.store.ownership import visible_to
 from tokenrelay.store.schema import files
 from tokenrelay.store.timeutil import utcnow
 

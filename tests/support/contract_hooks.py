@@ -32,6 +32,7 @@ add (which do not exist) under models of their own.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import schemathesis
@@ -113,7 +114,8 @@ def _within_models(path: str, body: dict[str, Any]) -> bool:
 
 def _has_media(value: Any) -> bool:
     if isinstance(value, dict):
-        return value.get("type") in MEDIA or any(_has_media(v) for v in value.values())
+        kind = value.get("type")
+        return (isinstance(kind, str) and kind in MEDIA) or any(_has_media(v) for v in value.values())
     return isinstance(value, list) and any(_has_media(v) for v in value)
 
 
@@ -123,14 +125,14 @@ def _token_ids(path: str, body: dict[str, Any]) -> list[int]:
     ids = _ints(body.get(given)) if given else []
     bias = body.get("logit_bias")
     if isinstance(bias, dict):
-        ids += [int(key) for key in bias if isinstance(key, str) and key.lstrip("-").isdigit()]
+        ids += [int(key) for key in bias if isinstance(key, str) and re.fullmatch(r"-?[0-9]+", key)]
     return ids
 
 
 def _ints(value: Any) -> list[int]:
     if isinstance(value, list):
         return [i for item in value for i in _ints(item)]
-    return [value] if isinstance(value, int) and not isinstance(value, bool) else []
+    return [value] if _is_int(value) else []
 
 
 def _body_fits(path: str, body: dict[str, Any]) -> bool:
@@ -181,16 +183,23 @@ def _tool_name(tool: Any) -> Any:
     return name if isinstance(name, str) else id(tool)
 
 
-def _named(choice: Any) -> str | None:
+def _named(choice: Any) -> Any:
+    """The name a tool choice gives (anything a generated body holds there), or None."""
     if not isinstance(choice, dict):
         return None
     function = choice.get("function", choice)
     return function.get("name") if isinstance(function, dict) else None
 
 
+def _items(value: Any) -> list[Any]:
+    """An array's items; nothing for a value of another kind (a generated body may hold anything)."""
+    return value if isinstance(value, list) else []
+
+
 def _choices_named(body: dict[str, Any]) -> bool:
-    tools = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
-    functions = [f.get("name") for f in body.get("functions") or [] if isinstance(f, dict)]
+    chat_tools = [t.get("function") for t in _items(body.get("tools")) if isinstance(t, dict)]
+    tools = [function.get("name") for function in chat_tools if isinstance(function, dict)]
+    functions = [f.get("name") for f in _items(body.get("functions")) if isinstance(f, dict)]
     for choice, names in ((body.get("tool_choice"), tools), (body.get("function_call"), functions)):
         name = _named(choice)
         if name is not None and name not in names:
@@ -203,7 +212,7 @@ def _tool_choice_listed(body: dict[str, Any]) -> bool:
     a choice that forces a call (Messages' `any`, Responses' `required`) needs some `tools`."""
     choice = body.get("tool_choice")
     name = _named(choice)
-    tools = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+    tools = [t.get("name") for t in _items(body.get("tools")) if isinstance(t, dict)]
     forced = choice == "required" or (isinstance(choice, dict) and choice.get("type") == "any")
     return (name is None or name in tools) and not (forced and not tools)
 
@@ -237,9 +246,9 @@ def _outputs_answer_calls(body: dict[str, Any]) -> bool:
 def _results_answer_uses(body: dict[str, Any]) -> bool:
     """Messages: each `tool_result` block answers a `tool_use` block of an earlier assistant message."""
     blocks = []
-    for message in body.get("messages") or []:
+    for message in _items(body.get("messages")):
         content = message.get("content") if isinstance(message, dict) else None
-        blocks += content if isinstance(content, list) else []
+        blocks += _items(content)
     return _answers_follow_calls(blocks, ("tool_use", "id"), ("tool_result", "tool_use_id"))
 
 
@@ -267,11 +276,11 @@ def _role(message: Any) -> Any:
 
 def _tool_answers_made(body: dict[str, Any]) -> bool:
     made: set[Any] = set()
-    for message in body.get("messages") or []:
+    for message in _items(body.get("messages")):
         if not isinstance(message, dict):
             continue
         if message.get("role") == "assistant":
-            made.update(_id(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, dict))
+            made.update(_id(c.get("id")) for c in _items(message.get("tool_calls")) if isinstance(c, dict))
         elif message.get("role") == "tool" and _id(message.get("tool_call_id")) not in made:
             return False
     return True
@@ -279,9 +288,17 @@ def _tool_answers_made(body: dict[str, Any]) -> bool:
 
 def _best_of_fits(body: dict[str, Any]) -> bool:
     best_of, n = body.get("best_of"), body.get("n") or 1
-    if best_of is None:
-        return True
+    if not (_is_number(best_of) and _is_number(n)):
+        return True  # not both numbers: nothing to compare
     return best_of >= n and not (body.get("stream") and best_of > n)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, float)
 
 
 def _in_future(expires: str) -> bool:

@@ -39,6 +39,12 @@ ContentPart = Annotated[TextPart | ImagePart | AudioPart | RefusalPart, Field(di
 Content = str | list[ContentPart]
 
 
+def _part_text(part: ContentPart) -> str:
+    if isinstance(part, TextPart):
+        return part.text
+    return part.refusal if isinstance(part, RefusalPart) else ""
+
+
 class FunctionCall(WireModel):
     name: str
     arguments: str
@@ -58,7 +64,7 @@ class _Message(WireModel):
         """Content as plain text (image/audio parts are rejected before this is called)."""
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        return "".join(getattr(part, "text", None) or getattr(part, "refusal", "") for part in self.content)
+        return "".join(_part_text(part) for part in self.content)
 
     def media_parts(self) -> list[str]:
         if not isinstance(self.content, list):
@@ -100,7 +106,7 @@ class FunctionMessage(_Message):
     """Legacy answer to a `function_call`."""
 
     role: Literal["function"]
-    name: str  # type: ignore[assignment]
+    name: str
     content: Content | None = None
 
 

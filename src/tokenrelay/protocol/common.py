@@ -27,6 +27,16 @@ def requires(field: str, other: str, value: object = True) -> dict[str, Any]:
 STREAM_OPTIONS_NEED_STREAM = requires("stream_options", "stream")
 
 
+def texts_or_token_lists(value: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:
+    """A prompt or input field as its items: one text, several texts, one token-id list or several."""
+    if isinstance(value, str):
+        return [value]
+    token_ids = [item for item in value if isinstance(item, int)]
+    if token_ids:  # a validated list holds token ids only, or no token id at all
+        return [token_ids]
+    return [item for item in value if not isinstance(item, int)]
+
+
 class WireModel(BaseModel):
     """Strict JSON models: wrong types are errors, NaN/Infinity are errors, unknown fields are kept."""
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from tokenrelay.errors import InvalidRequest
-from tokenrelay.protocol.common import GenerationRequest
+from tokenrelay.protocol.common import GenerationRequest, texts_or_token_lists
 
 DEFAULT_MAX_TOKENS = 16
 TokenIds = Annotated[list[int], Field(min_length=1)]
@@ -44,14 +44,9 @@ class CompletionRequest(GenerationRequest):
         return self
 
     @property
-    def prompts(self) -> list[str] | list[list[int]]:
+    def prompts(self) -> list[str | list[int]]:
         """The prompt as a list of prompts (strings or token-id lists)."""
-        value = self.prompt
-        if isinstance(value, str):
-            return [value]
-        if all(isinstance(p, int) for p in value):
-            return [list(value)]  # type: ignore[list-item]
-        return list(value)  # type: ignore[return-value]
+        return texts_or_token_lists(self.prompt)
 
     @property
     def token_limit(self) -> int:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from tokenrelay.errors import InvalidRequest
-from tokenrelay.protocol.common import WireModel
+from tokenrelay.protocol.common import WireModel, texts_or_token_lists
 
 MAX_INPUTS = 2048  # the OpenAI API's limit on inputs per request
 
@@ -59,12 +59,7 @@ class EmbeddingRequest(WireModel):
     @property
     def inputs(self) -> list[str | list[int]]:
         """One entry per embedding to return, in order: a text or a token-id list."""
-        value = self.input
-        if isinstance(value, str):
-            return [value]
-        if value and isinstance(value[0], int):
-            return [list(value)]  # type: ignore[arg-type]
-        return list(value)  # type: ignore[arg-type]
+        return texts_or_token_lists(self.input)
 
     @property
     def base64(self) -> bool:

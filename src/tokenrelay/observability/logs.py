@@ -35,7 +35,7 @@ def logfmt_value(value: object, texts: TextValues | None = None) -> str:
     if kind is int or kind is float:
         return str(value)  # digits, a sign, a point, `e`, or inf/nan: never anything to quote
     if kind is str:
-        text: str = value  # type: ignore[assignment]
+        text: str = value  # type: ignore[assignment]  # mypy narrows `type(value) is str`, not `kind is str`
         if text.isalnum():  # letters and digits alone (request ids): bare, checked in C
             return text
         return texts(text) if texts is not None else _quoted_if_needed(text)
@@ -75,6 +75,8 @@ def logfmt(fields: dict[str, Any], texts: TextValues | None = None) -> str:
 
 class TextFormatter(logging.Formatter):
     """The classic one-line format, with a record's fields appended as `key=value`."""
+
+    default_msec_format = "%s,%03d"  # Formatter's own, declared here as the str it always is
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
@@ -116,7 +118,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(body, ensure_ascii=False, default=str)
 
 
-class TurnBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class TurnBufferedHandler(logging.StreamHandler[TextIO]):
     """A stream handler whose request lines are written when the loop turn that logged them ends.
 
     A line per request, each its own write system call, was a tenth of a relayed request's cost; held for the

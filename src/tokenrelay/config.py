@@ -12,6 +12,7 @@ import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
+    PlainSerializer,
     ConfigDict,
     Field,
     SecretStr,
@@ -132,7 +133,9 @@ def decimal_amount(digits: int) -> Any:
             return Decimal(str(value))
         return value
 
-    return Annotated[Decimal, BeforeValidator(exact), Field(ge=0, lt=below), WithJsonSchema(schema)]
+    # Written back in plain digits (never `1E-7`), so a stored amount reads back as the same value.
+    plain = PlainSerializer(lambda amount: format(amount, "f"), return_type=str, when_used="json")
+    return Annotated[Decimal, BeforeValidator(exact), Field(ge=0, lt=below), WithJsonSchema(schema), plain]
 
 
 # A price per million tokens: below a billion, so a call's cost in micro-units fits the ledger's 64-bit column.

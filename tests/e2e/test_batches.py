@@ -98,6 +98,18 @@ def test_bad_uploads_are_refused(deployment: Deployment) -> None:
         client.batches.create(input_file_id="file-missing", endpoint="/v1/chat/completions", completion_window="24h")
 
 
+def test_an_upload_with_fields_this_server_does_not_use_is_kept_and_names_them(deployment: Deployment) -> None:
+    headers = {"Authorization": f"Bearer {deployment.keys['alice']}"}
+    form = {"purpose": "batch", "expires_after[anchor]": "created_at", "expires_after[seconds]": "3600"}
+    files = {"file": ("extra.jsonl", b'{"custom_id": "x"}\n')}
+    answer = deployment.server.http().post("/v1/files", headers=headers, data=form, files=files)
+    assert answer.status_code == 200 and answer.json()["filename"] == "extra.jsonl"
+    named = answer.headers["x-tokenrelay-ignored-fields"].split(", ")
+    assert named == ["expires_after[anchor]", "expires_after[seconds]"]
+    plain = deployment.server.http().post("/v1/files", headers=headers, data={"purpose": "batch"}, files=files)
+    assert plain.status_code == 200 and "x-tokenrelay-ignored-fields" not in plain.headers
+
+
 def test_a_bad_input_file_fails_the_batch_naming_each_line(deployment: Deployment) -> None:
     client = deployment.client()
     good = chat_line("ok", "hi")

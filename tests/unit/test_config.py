@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from tokenrelay.cli.main import build_parser, overrides_from
-from tokenrelay.config import DEFAULT_MODEL_IDS, load_settings
+from tokenrelay.config import DEFAULT_MODEL_IDS, Pricing, load_settings
 
 
 def test_file_then_env_then_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,3 +59,11 @@ def test_several_workers_need_upstream_only_models(tmp_path: Path) -> None:
     mixed = {"id": "mixed", "path": str(tmp_path / "m.gguf"), "upstreams": [node]}
     with pytest.raises(EmbeddedModelsWithWorkers, match=r"but mixed runs on the embedded llama\.cpp engine"):
         check_upstream_only(load_settings(None, {"workers": 2, "models": [upstream_only, mixed]}))
+
+
+@pytest.mark.parametrize("amount", [1.31939827197333e-189, 2.5e-7, 1e8, "0.000001", 0.15])
+def test_a_price_written_back_reads_back_as_the_same_amount(amount: float | str) -> None:
+    """A node registration's settings are stored as JSON and validated again at every load."""
+    pricing = Pricing.model_validate({"input": amount, "output": amount, "cached_input": amount})
+    again = Pricing.model_validate_json(pricing.model_dump_json())
+    assert again == pricing and again.input == Decimal(str(amount))

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.datastructures import UploadFile
 from starlette.responses import JSONResponse, Response
 
+from tokenrelay.api.ignored import ignored_header
 from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.errors import InvalidRequest, NotFound
 from tokenrelay.store.files import FileStore, StoredFile
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 # The one purpose a client uploads here; `batch_output` files are written by batches.
 UPLOAD_PURPOSES = ("batch",)
+# The form's fields besides its file: `purpose` and a few a client may add (Starlette's parser stops past them).
+MAX_FIELDS = 8
+USED = frozenset({"file", "purpose"})
 _UPLOAD_BODY = {
     "requestBody": {
         "required": True,
@@ -29,6 +35,12 @@ _UPLOAD_BODY = {
                         "file": {"type": "string", "format": "binary"},
                         "purpose": {"type": "string", "enum": list(UPLOAD_PURPOSES)},
                     },
+                    # Other fields (e.g. `expires_after[seconds]`) are accepted and named in the answer's
+                    # x-tokenrelay-ignored-fields header; the form holds one file and at most MAX_FIELDS fields.
+                    "additionalProperties": {"type": "string"},
+                    "maxProperties": 1 + MAX_FIELDS,
+                    "description": "Fields besides `file` and `purpose` are accepted without effect and named in "
+                    "the `x-tokenrelay-ignored-fields` response header.",
                 }
             }
         },
@@ -42,7 +54,8 @@ async def upload(request: Request) -> JSONResponse:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit + (64 << 10):  # the form's own bytes
         raise _too_large(limit)
-    async with request.form(max_files=1, max_fields=8) as form:
+    async with request.form(max_files=1, max_fields=MAX_FIELDS) as form:
+        ignored = [name for name in form if name not in USED]
         purpose, upload = form.get("purpose"), form.get("file")
         if not isinstance(purpose, str) or not purpose:
             raise InvalidRequest(
@@ -59,7 +72,11 @@ async def upload(request: Request) -> JSONResponse:
     if len(content) > limit:
         raise _too_large(limit)
     stored = await _store(request).create(caller_of(request), filename, purpose, content)
-    return JSONResponse(stored.body())
+    response = JSONResponse(stored.body())
+    if ignored:
+        log.info("file upload: fields accepted without effect: %s", ", ".join(ignored))
+        response.raw_headers.append(ignored_header(ignored))
+    return response
 
 
 @router.get("/v1/files", responses=error_responses(400))

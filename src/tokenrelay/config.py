@@ -12,9 +12,9 @@ import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    PlainSerializer,
     ConfigDict,
     Field,
+    PlainSerializer,
     SecretStr,
     WithJsonSchema,
     field_validator,

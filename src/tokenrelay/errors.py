@@ -13,6 +13,7 @@ UNSUPPORTED_PARAMETER = "unsupported_parameter"
 UNSUPPORTED_CONTENT = "unsupported_content"
 INVALID_VALUE = "invalid_value"
 INVALID_JSON = "invalid_json"
+MISSING_REQUIRED_PARAMETER = "missing_required_parameter"
 
 
 class APIError(Exception):

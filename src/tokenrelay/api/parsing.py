@@ -15,7 +15,7 @@ from starlette.types import Receive
 
 from tokenrelay.api.server import services_of
 from tokenrelay.calls.record import ClientGone
-from tokenrelay.errors import InvalidRequest, from_validation_error
+from tokenrelay.errors import INVALID_JSON, InvalidRequest, from_validation_error
 from tokenrelay.protocol.common import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def validate_json(
     """Strict JSON validation of a request body; an empty body, or any complaint (as `complaint` words it), is one
     400 naming the field."""
     if not body.strip():
-        raise InvalidRequest("The request body is empty; a JSON object is required.", code="invalid_json")
+        raise InvalidRequest("The request body is empty; a JSON object is required.", code=INVALID_JSON)
     try:
         return validate_strict(model, body, context)
     except ValidationError as exc:
@@ -96,7 +96,7 @@ def check_depth(body: bytes) -> None:
     steps = np.isin(structure, _OPENERS).astype(np.int32) - np.isin(structure, _CLOSERS)
     if steps.size and int(np.cumsum(steps).max()) > MAX_DEPTH:
         raise InvalidRequest(
-            f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels.", code="invalid_json"
+            f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels.", code=INVALID_JSON
         )
 
 

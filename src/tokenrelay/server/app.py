@@ -23,9 +23,11 @@ from tokenrelay.anthropic.messages import router as messages
 from tokenrelay.api.server import serve_with
 from tokenrelay.apidoc.document import install_document
 from tokenrelay.auth.dialects import Dialects
+from tokenrelay.backends.upstream.http1 import Pool
+from tokenrelay.backends.upstream.transport import TransportFactory
 from tokenrelay.config import Settings
 from tokenrelay.console import install_console
-from tokenrelay.errors import APIError, InvalidRequest, NotFound
+from tokenrelay.errors import INVALID_VALUE, APIError, InvalidRequest, NotFound
 from tokenrelay.observability.tracing.setup import Tracing, tracing_for
 from tokenrelay.openai import models, tokenize
 from tokenrelay.openai.batches import router as batches
@@ -61,12 +63,13 @@ ROUTERS = (
 )
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, transport: TransportFactory = Pool) -> FastAPI:
+    """The app serving `settings`; its upstream nodes are reached through `transport` (a test's fake node)."""
     tracing = tracing_for(settings.telemetry)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = Services(settings, tracing=tracing)
+        services = Services(settings, tracing=tracing, transport=transport)
         serve_with(app, services)
         try:
             await services.start()
@@ -137,7 +140,7 @@ def install_error_handlers(app: FastAPI, dialects: Dialects) -> None:
         first = exc.errors()[0]
         param = str(first["loc"][-1]) if first.get("loc") else None
         message = f"Invalid value for `{param}`: {first.get('msg', 'invalid value')}"
-        return error_response(request, InvalidRequest(message, param=param, code="invalid_value"))
+        return error_response(request, InvalidRequest(message, param=param, code=INVALID_VALUE))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:

@@ -11,6 +11,8 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 from tokenrelay.errors import (
+    INVALID_VALUE,
+    UNSUPPORTED_PARAMETER,
     APIError,
     AuthenticationError,
     InvalidRequest,
@@ -70,6 +72,6 @@ def invalid_body(exc: ValidationError, body: Any = None) -> InvalidRequest:
         path.append(str(worst.get("ctx", {}).get("discriminator", "")).strip("'"))  # the tag's own field
     param = ".".join(str(part) for part in path) or None
     if worst.get("type") == "extra_forbidden":
-        return InvalidRequest(f"`{param}`: this field is not supported.", param=param, code="unsupported_parameter")
+        return InvalidRequest(f"`{param}`: this field is not supported.", param=param, code=UNSUPPORTED_PARAMETER)
     where = f" at `{param}`" if param else ""
-    return InvalidRequest(f"Invalid value{where}: {worst.get('msg')}", param=param, code="invalid_value")
+    return InvalidRequest(f"Invalid value{where}: {worst.get('msg')}", param=param, code=INVALID_VALUE)

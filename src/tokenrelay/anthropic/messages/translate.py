@@ -27,7 +27,7 @@ from tokenrelay.anthropic.messages.protocol import (
     ToolChoiceTool,
     UserBlock,
 )
-from tokenrelay.errors import InvalidRequest
+from tokenrelay.errors import UNSUPPORTED_PARAMETER, InvalidRequest
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 # What a failed tool's result is marked with, since chat's `tool` message has no error flag.
@@ -57,7 +57,7 @@ def _check_supported(request: CountTokensRequest) -> None:
         raise InvalidRequest(
             "`thinking` is not supported: this model has no extended thinking.",
             param="thinking",
-            code="unsupported_parameter",
+            code=UNSUPPORTED_PARAMETER,
         )
     last = request.messages[-1]
     if last.role == "assistant" and any(block.type == "tool_use" for block in last.blocks()):

@@ -14,7 +14,7 @@ from tokenrelay.api.server import Server
 from tokenrelay.backends.base import Embeddings, Usage
 from tokenrelay.calls.record import Call
 from tokenrelay.config import ModelSettings
-from tokenrelay.errors import InvalidRequest
+from tokenrelay.errors import UNSUPPORTED_PARAMETER, InvalidRequest
 from tokenrelay.openai.embeddings import render
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
@@ -47,7 +47,7 @@ def check_settings(body: EmbeddingRequest, settings: ModelSettings | None) -> No
             f"The model `{body.model}` cannot shorten its embeddings: `dimensions` needs a model whose "
             "settings mark its embeddings truncatable (embeddings_truncatable).",
             param="dimensions",
-            code="unsupported_parameter",
+            code=UNSUPPORTED_PARAMETER,
         )
 
 

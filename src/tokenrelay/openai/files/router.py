@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from tokenrelay.api.ignored import ignored_header
 from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
-from tokenrelay.errors import InvalidRequest, NotFound
+from tokenrelay.errors import MISSING_REQUIRED_PARAMETER, InvalidRequest, NotFound
 from tokenrelay.store.files import FileStore, StoredFile
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ async def upload(request: Request) -> JSONResponse:
         purpose, upload = form.get("purpose"), form.get("file")
         if not isinstance(purpose, str) or not purpose:
             raise InvalidRequest(
-                "Missing required parameter: 'purpose'.", param="purpose", code="missing_required_parameter"
+                "Missing required parameter: 'purpose'.", param="purpose", code=MISSING_REQUIRED_PARAMETER
             )
         if purpose not in UPLOAD_PURPOSES:
             raise InvalidRequest(
@@ -145,4 +145,4 @@ def _too_large(limit: int) -> InvalidRequest:
 
 
 def _missing(param: str) -> InvalidRequest:
-    return InvalidRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+    return InvalidRequest(f"Missing required parameter: '{param}'.", param=param, code=MISSING_REQUIRED_PARAMETER)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator, model_validator
 
-from tokenrelay.errors import InvalidRequest
+from tokenrelay.errors import UNSUPPORTED_PARAMETER, InvalidRequest
 from tokenrelay.protocol.common import WireModel
 
 # Parameters of OpenAI's Responses API that this server does not serve; sent with a value, each is a 400.
@@ -197,7 +197,7 @@ class ResponsesRequest(WireModel):
                     f"The built-in tool type {kind!r} is not supported by this server; only `function` tools are "
                     f"(built-in tools: {BUILT_IN_TOOLS}).",
                     param=f"tools.{i}.type",
-                    code="unsupported_parameter",
+                    code=UNSUPPORTED_PARAMETER,
                 )
         return value
 
@@ -210,7 +210,7 @@ class ResponsesRequest(WireModel):
                 f"tool_choice of type {kind!r} is not supported by this server: use `none`, `auto`, `required` "
                 'or {"type": "function", "name": ...}.',
                 param="tool_choice",
-                code="unsupported_parameter",
+                code=UNSUPPORTED_PARAMETER,
             )
         return value
 
@@ -231,13 +231,13 @@ class ResponsesRequest(WireModel):
         for name, value in extra.items():
             if not (value is None or value is False or value == []):  # `0` is a value (and equals False)
                 raise InvalidRequest(
-                    f"`{name}` is not supported by this server.", param=name, code="unsupported_parameter"
+                    f"`{name}` is not supported by this server.", param=name, code=UNSUPPORTED_PARAMETER
                 )
         if self.reasoning is not None:
             raise InvalidRequest(
                 f"`reasoning` is not supported with the model `{self.model}`: it has no reasoning controls.",
                 param="reasoning",
-                code="unsupported_parameter",
+                code=UNSUPPORTED_PARAMETER,
             )
         return self
 

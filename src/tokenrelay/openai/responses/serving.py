@@ -34,7 +34,7 @@ from tokenrelay.backends.base import Backend, Events, NativeApi, NativeRequest, 
 from tokenrelay.backends.fallback import started
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED as CONTEXT_FULL
-from tokenrelay.errors import APIError, InvalidRequest, NotFound, field_path, from_validation_error
+from tokenrelay.errors import INVALID_VALUE, APIError, InvalidRequest, NotFound, field_path, from_validation_error
 from tokenrelay.jsonbytes import loads
 from tokenrelay.openai.responses import translate
 from tokenrelay.openai.responses.ids import new_id
@@ -140,7 +140,7 @@ def _invalid(exc: ValidationError, body: Any) -> InvalidRequest:
     message = deepest.get("msg", "invalid value")
     if deepest.get("type") == "extra_forbidden":
         message = "this field is not part of the item"
-    return InvalidRequest(f"Invalid value{where}: {message}", param=param, code="invalid_value")
+    return InvalidRequest(f"Invalid value{where}: {message}", param=param, code=INVALID_VALUE)
 
 
 async def _save(

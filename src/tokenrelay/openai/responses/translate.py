@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenrelay.api.parsing import validate_json
-from tokenrelay.errors import APIError, InvalidRequest
+from tokenrelay.errors import UNSUPPORTED_CONTENT, APIError, InvalidRequest
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.protocol import (
@@ -196,7 +196,7 @@ def _chat_part(part: Item, where: str) -> Item:
     raise InvalidRequest(
         f"This server has no Files API, so {what} cannot be read; send images as `image_url`.",
         param=where,
-        code="unsupported_content",
+        code=UNSUPPORTED_CONTENT,
     )
 
 

@@ -21,9 +21,9 @@ class AbortFlag:
 
     def __init__(self) -> None:
         self._value = ctypes.c_int(0)
-        function = ctypes.CDLL(_abort_flag.__file__).tokenrelay_abort_requested
+        library = ctypes.CDLL(_abort_flag.__file__)
         # Kept on the object: llama.cpp holds the pointers, which must live as long as the context.
-        self.callback = llama_cpp.ggml_abort_callback(ctypes.cast(function, ctypes.c_void_p).value)
+        self.callback = llama_cpp.ggml_abort_callback(("tokenrelay_abort_requested", library))
         self.data = ctypes.cast(ctypes.pointer(self._value), ctypes.c_void_p)
 
     def set(self) -> None:

@@ -23,7 +23,7 @@ class PromptRun:
 class Candidate:
     """A best_of candidate kept back until all are done, then ranked by mean token logprob."""
 
-    events: list[Event] = field(default_factory=list)
+    events: list[TextDelta] = field(default_factory=list)
     finish: str | None = None
     stop: str | None = None
     score: float = float("-inf")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
@@ -21,7 +22,7 @@ GGML_BASE_NAMES = ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll")
 
 
 @functools.cache
-def _node_name() -> ctypes._CFuncPtr:
+def _node_name() -> Callable[[int], bytes | None]:
     """ggml's `ggml_get_name`, from the library llama-cpp-python ships (loaded once, on first use)."""
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
     path = next((lib_dir / name for name in GGML_BASE_NAMES if (lib_dir / name).exists()), None)

@@ -6,10 +6,11 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import llama_cpp
 
@@ -50,6 +51,7 @@ from tokenrelay.protocol.completions import CompletionRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class LlamaCppBackend:
@@ -194,16 +196,38 @@ class LlamaCppBackend:
             **embedding,
         }
 
+    # What `_load` made: requests reach a backend only once it is ready, generation only on a generating model.
+    @property
+    def _model(self) -> LlamaModel:
+        return self._loaded(self.model, "model")
+
+    @property
+    def _scheduler(self) -> Scheduler:
+        return self._loaded(self.scheduler, "scheduler")
+
+    @property
+    def _template(self) -> ChatTemplate:
+        return self._loaded(self.template, "chat template")
+
+    @property
+    def _vocabulary(self) -> GrammarVocabulary:
+        return self._loaded(self.vocabulary, "grammar vocabulary")
+
+    def _loaded(self, part: T | None, name: str) -> T:
+        if part is None:
+            raise RuntimeError(f"model {self.card.id} has no {name} loaded")
+        return part
+
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:
-        return self.model.tokenize(text, add_special=add_special, parse_special=True)
+        return self._model.tokenize(text, add_special=add_special, parse_special=True)
 
     def detokenize(self, tokens: list[int]) -> str:
-        prompts.check_token_ids(self.model, tokens, "tokens")
-        return self.model.detokenize(tokens)
+        prompts.check_token_ids(self._model, tokens, "tokens")
+        return self._model.detokenize(tokens)
 
     @property
     def n_ctx(self) -> int:
-        return self.scheduler.context.n_ctx_seq
+        return self._scheduler.context.n_ctx_seq
 
     # Requests -----------------------------------------------------------------------------------
     def chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
@@ -225,12 +249,12 @@ class LlamaCppBackend:
         # Checking schemas and tools compiles grammars: milliseconds usually, up to a second for a huge schema,
         # so it runs off the event loop. Errors still come before the first event, so they stay plain 400s.
         output = await asyncio.to_thread(output_plan, request)
-        messages, tools = tool_prompt(prompts.template_messages(request), output.tools, self.template.takes_tools)
+        messages, tools = tool_prompt(prompts.template_messages(request), output.tools, self._template.takes_tools)
         continued = request.continue_final_message
-        prompt = prompts.chat_prompt(self.model, self.template, messages, tools, continued, opened)
+        prompt = prompts.chat_prompt(self._model, self._template, messages, tools, continued, opened)
         return prompt, output
 
-    async def _chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Event]:
+    async def _chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncGenerator[Event, None]:
         tokens, output = await self._chat_prompt(request)
         limit = request.token_limit
         max_tokens = limit if limit is not None else self.n_ctx - len(tokens)
@@ -272,14 +296,14 @@ class LlamaCppBackend:
 
     def _completion_run(self, request: CompletionRequest, prompt: str | list[int], first: int) -> PromptRun:
         if isinstance(prompt, str):
-            tokens = prompts.text_prompt(self.model, prompt, request.suffix)
+            tokens = prompts.text_prompt(self._model, prompt, request.suffix)
             echo = prompt
         else:
             if request.suffix is not None:
                 raise InvalidRequest("`suffix` needs a text prompt, not token ids.", param="suffix")
-            prompts.check_token_ids(self.model, prompt, "prompt")
-            tokens, echo = list(prompt), self.model.detokenize(prompt)
-        bos = self.model.special("bos")
+            prompts.check_token_ids(self._model, prompt, "prompt")
+            tokens, echo = list(prompt), self._model.detokenize(prompt)
+        bos = self._model.special("bos")
         skip = 1 if isinstance(prompt, str) and bos is not None and tokens and tokens[0] == bos else 0
         if not tokens:
             tokens, skip = [self._document_start()], 1
@@ -289,7 +313,7 @@ class LlamaCppBackend:
         """What an empty prompt starts from: a document boundary, as OpenAI starts one from its end-of-text
         token (BOS where the model has one, else its end-of-sequence token)."""
         for name in ("bos", "eos"):
-            token = self.model.special(name)
+            token = self._model.special(name)
             if token is not None:
                 return token
         message = "The prompt is empty and this model has no BOS or EOS token to start from."
@@ -297,7 +321,7 @@ class LlamaCppBackend:
 
     def _check(self, request: GenerationRequest, n_prompt: int, max_tokens: int, prompt_param: str) -> None:
         prompts.check_context(n_prompt, max_tokens, self.n_ctx, prompt_param)
-        prompts.check_logit_bias(self.model, request)
+        prompts.check_logit_bias(self._model, request)
         if request.choices > self.engine_settings.slots:
             raise InvalidRequest(f"n may be at most {self.engine_settings.slots} for this model.", param="n")
 
@@ -312,7 +336,7 @@ class LlamaCppBackend:
         best_of: int,
         prompt_logprobs: int | None,
         grammar: str | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
         ranked = best_of > request.choices
@@ -336,13 +360,12 @@ class LlamaCppBackend:
                 )
             )
         finished = False
-        tracer, span = ticket.tracer, None
-        if tracer is not None:
-            span = spans.generation_span(tracer, self.card.id, ticket.background)
+        tracer = ticket.tracer
+        span = spans.generation_span(tracer, self.card.id, ticket.background) if tracer is not None else None
         submitted_ns = time.time_ns()
         try:
             for job in jobs:
-                self.scheduler.submit(job)
+                self._scheduler.submit(job)
             async for event in self._events(runs, jobs, inbox, request.choices, ranked, prompt_logprobs):
                 yield event
             finished = True
@@ -351,15 +374,15 @@ class LlamaCppBackend:
                 job.cancel()
             if not finished:
                 ticket.consumed = partial_usage(jobs)
-            if span is not None:
-                spans.end_generation(tracer, span, jobs, submitted_ns)  # type: ignore[arg-type]
+            if tracer is not None and span is not None:
+                spans.end_generation(tracer, span, jobs, submitted_ns)
 
     async def _constraints(self, grammar: str, count: int) -> list[GrammarConstraint]:
         """One grammar state per sequence. Compiling a large grammar can take a while, so it runs off the loop;
         the copies share the compiled grammar."""
-        tokenizer = await self.vocabulary.tokenizer()
+        tokenizer = await self._vocabulary.tokenizer()
         try:
-            first = await asyncio.to_thread(GrammarConstraint.build, tokenizer, grammar, self.model.n_vocab)
+            first = await asyncio.to_thread(GrammarConstraint.build, tokenizer, grammar, self._model.n_vocab)
         except ValueError as exc:  # checked up front, so only a resource limit of llguidance gets here
             raise InvalidRequest(f"The output grammar cannot be enforced: {exc}") from exc
         return [first, *(first.copy() for _ in range(count - 1))]
@@ -377,8 +400,8 @@ class LlamaCppBackend:
         pools: list[dict[int, Candidate]] = [{} for _ in runs]
         if prompt_logprobs is None:
             for number, run in enumerate(runs):
-                for event in self._echo(run, jobs[number], []):
-                    for out in translate(event, run, pools[number], ranked, n):
+                for echoed in self._echo(run, jobs[number], []):
+                    for out in translate(echoed, run, pools[number], ranked, n):
                         yield out
         remaining = len(jobs)
         while remaining:
@@ -408,7 +431,7 @@ class LlamaCppBackend:
         return [TextDelta(plan.index, run.echo_text, placed) for plan in job.seqs]
 
 
-async def one_by_one(events: AsyncIterator[Event]) -> AsyncIterator[Events]:
+async def one_by_one(events: AsyncGenerator[Event, None]) -> AsyncIterator[Events]:
     """The engine's events as batches of one: it releases a token's events as soon as they are sampled."""
     async with aclosing(events):
         async for event in events:

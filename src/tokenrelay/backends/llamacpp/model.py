@@ -55,7 +55,7 @@ def choose_kernels(batch_invariant: bool) -> None:
 
 
 @functools.cache
-def init_backend() -> llama_cpp.llama_log_callback:
+def init_backend() -> Callable[[int, bytes | None, ctypes.c_void_p], None]:
     """llama.cpp's process-wide initialisation, done once on first model load (never at import)."""
     callback = llama_cpp.llama_log_callback(_forward_log)  # returned (and cached) so it is never collected
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
@@ -63,7 +63,7 @@ def init_backend() -> llama_cpp.llama_log_callback:
     return callback
 
 
-def _progress_callback(on_progress: Callable[[float], None] | None) -> llama_cpp.llama_progress_callback | None:
+def _progress_callback(on_progress: Callable[[float], None] | None) -> Callable[[float, ctypes.c_void_p], bool] | None:
     if on_progress is None:
         return None
 
@@ -145,9 +145,6 @@ class LlamaModel:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
-
-    def has_fim(self) -> bool:
-        return all(self.special(name) is not None for name in ("fim_pre", "fim_suf", "fim_mid"))
 
     # Text <-> tokens --------------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:

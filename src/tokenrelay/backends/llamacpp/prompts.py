@@ -62,7 +62,8 @@ def chat_prompt(
 def text_prompt(model: LlamaModel, prompt: str, suffix: str | None) -> list[int]:
     if suffix is None:
         return model.tokenize(prompt, add_special=True, parse_special=True)
-    if not model.has_fim():
+    pre, suf, mid = model.special("fim_pre"), model.special("fim_suf"), model.special("fim_mid")
+    if pre is None or suf is None or mid is None:
         raise InvalidRequest(
             "This model has no fill-in-the-middle tokens, so `suffix` is not supported.",
             param="suffix",
@@ -70,7 +71,6 @@ def text_prompt(model: LlamaModel, prompt: str, suffix: str | None) -> list[int]
         )
     bos = model.special("bos")
     head = [bos] if model.add_bos and bos is not None else []
-    pre, suf, mid = model.special("fim_pre"), model.special("fim_suf"), model.special("fim_mid")
     body = model.tokenize(prompt, add_special=False, parse_special=False)
     tail = model.tokenize(suffix, add_special=False, parse_special=False)
     return [*head, pre, *body, suf, *tail, mid]

@@ -169,8 +169,8 @@ class Scheduler:
         for job in [j for j in self._background if j.cancelled.is_set()]:
             self._background.remove(job)
         for slot in self.slots:
-            job = slot.holder
-            if job is not None and job.cancelled.is_set():
+            holder = slot.holder
+            if holder is not None and holder.cancelled.is_set():
                 self._release(slot)
 
     def _dequeued(self) -> None:
@@ -300,8 +300,10 @@ class Scheduler:
             if seq_id in takes:
                 chunks.append(self._add_prompt_chunk(slot, takes[seq_id]))
             else:
-                rows[seq_id] = [batch.add(slot.seq.next_token, len(slot.cache), seq_id, True)]
-                slot.cache.append(slot.seq.next_token)
+                token = slot.decoding.next_token
+                assert token is not None  # drawn when the sequence started and at each step it outlived
+                rows[seq_id] = [batch.add(token, len(slot.cache), seq_id, True)]
+                slot.cache.append(token)
                 drafts[seq_id] = self._draft(slot, width, planned)
                 planned += len(drafts[seq_id])
                 # A draft's cells are written but it joins the cache only once the sampler draws it.
@@ -330,7 +332,7 @@ class Scheduler:
         """Guesses of the tokens after the sequence's next one (`drafts`), within the step's room for them and the
         sequence's token and context limits, as many as are worth their rows in a step of `width` rows without
         guesses and `rows` so far."""
-        seq = slot.seq
+        seq = slot.decoding
         room = self._draft_rows - rows
         limit = min(room, seq.plan.max_tokens - seq.generated - 1, self.context.n_ctx_seq - len(slot.cache))
         drafted = lookup_draft(slot.cache, limit)
@@ -342,11 +344,11 @@ class Scheduler:
         """Draw the sequence's tokens from its rows in order: each draft the sampler draws anyway joins the cache
         and the next row is drawn from; at the first it does not (or once the sequence ends), the cells of the
         rest are dropped. The draws are those single steps would have made (see `drafts`)."""
-        seq, right = slot.seq, 0
+        seq, right = slot.decoding, 0
         for row, draft in zip(rows, [*drafts, None], strict=True):
             draw = seq.sampler.sample(self.context.ptr, row)
             self._take(slot, draw)
-            if slot.seq is None or draw.token != draft:
+            if slot.seq is None or draft is None or draw.token != draft:
                 break
             slot.cache.append(draft)
             right += 1
@@ -390,10 +392,10 @@ class Scheduler:
     def _prefill_order(self, serving: list[Slot]) -> list[Slot]:
         """Prompts are evaluated first come, first served."""
         slots = [s for s in serving if s.job is not None and s.primary is None and s.pending]
-        return sorted(slots, key=lambda s: s.job.serial)
+        return sorted(slots, key=lambda s: s.prefilling.serial)
 
     def _add_prompt_chunk(self, slot: Slot, take: int) -> tuple[Slot, int, int]:
-        job = slot.job
+        job = slot.prefilling
         batch = self.context.batch
         start = len(slot.cache)
         all_logits = job.prompt_logprobs is not None
@@ -406,10 +408,10 @@ class Scheduler:
         return slot, first_row, start
 
     def _after_prefill_chunk(self, slot: Slot, first_row: int, start: int) -> None:
-        job = slot.job
+        job = slot.prefilling
         end = len(slot.cache)
         if job.prompt_logprobs is not None:
-            self._score_prompt(job, first_row, start, end)
+            self._score_prompt(job, job.prompt_logprobs, first_row, start, end)
         if slot.pending:
             return
         last_row = first_row + (end - start) - 1
@@ -417,8 +419,9 @@ class Scheduler:
             self._sink(job, PromptScored(job.scored))
         self._start_sequences(slot, last_row)
 
-    def _score_prompt(self, job: Job, first_row: int, start: int, end: int) -> None:
-        """Logprob of prompt token p+1 from the logits at position p, for every position in the chunk."""
+    def _score_prompt(self, job: Job, top: int, first_row: int, start: int, end: int) -> None:
+        """Logprob of prompt token p+1 from the logits at position p, for every position in the chunk, with the
+        `top` likeliest alternatives."""
         if start == 0:
             job.scored = []
         n_vocab = self.model.n_vocab
@@ -432,10 +435,10 @@ class Scheduler:
             row = logits_row(self.context.ptr, first_row + offset, n_vocab)
             scaled = scale(row, 1.0)
             token = job.prompt[pos + 1]
-            job.scored.append(self._entry(token, scaled.logprob(token), scaled.top(job.prompt_logprobs)))
+            job.scored.append(self._entry(token, scaled.logprob(token), scaled.top(top)))
 
     def _start_sequences(self, primary: Slot, row: int) -> None:
-        job = primary.job
+        job = primary.prefilling
         job.prompt_done_ns = time.time_ns()
         secondaries = [s for s in self.slots if s.primary is primary]
         shared = None
@@ -459,10 +462,10 @@ class Scheduler:
                 self._sample(slot, row)
 
     def _sample(self, slot: Slot, row: int) -> None:
-        self._take(slot, slot.seq.sampler.sample(self.context.ptr, row))
+        self._take(slot, slot.decoding.sampler.sample(self.context.ptr, row))
 
     def _take(self, slot: Slot, draw: Draw) -> None:
-        seq = slot.seq
+        seq = slot.decoding
         seq.generated += 1
         seq.job.completion_tokens += 1
         self.stats.tokens_generated += 1
@@ -495,7 +498,7 @@ class Scheduler:
             self._sink(seq.job, TextDelta(seq.plan.index, released.text, released.logprobs))
 
     def _finish(self, slot: Slot, reason: str, flush: bool = True, stop: str | None = None) -> None:
-        seq = slot.seq
+        seq = slot.decoding
         if flush:
             self._emit_text(seq, seq.text.flush())
         mean = seq.score / seq.generated if seq.generated else None

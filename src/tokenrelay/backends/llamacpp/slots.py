@@ -40,6 +40,20 @@ class Slot:
         return self.seq is None and self.job is None
 
     @property
+    def decoding(self) -> Sequence:
+        """The sequence this slot decodes, asked only of a slot the scheduler placed one in."""
+        if self.seq is None:
+            raise RuntimeError(f"slot {self.seq_id} decodes no sequence")
+        return self.seq
+
+    @property
+    def prefilling(self) -> Job:
+        """The job whose prompt this slot evaluates or waits for, asked only of a slot the scheduler gave one."""
+        if self.job is None:
+            raise RuntimeError(f"slot {self.seq_id} holds no prompt")
+        return self.job
+
+    @property
     def holder(self) -> Job | None:
         """The job whose sequence this slot decodes or will."""
         return self.seq.job if self.seq is not None else self.job

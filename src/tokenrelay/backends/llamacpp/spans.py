@@ -9,13 +9,18 @@ import time
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, Tracer
+from opentelemetry.util.types import Attributes
 
 from tokenrelay.backends.llamacpp.jobs import Job
 
 
 def generation_span(tracer: Tracer, model: str, background: bool) -> Span:
     """A child of the current span (the call's)."""
-    attributes = {"gen_ai.system": "llama.cpp", "gen_ai.request.model": model, "tokenrelay.background": background}
+    attributes: Attributes = {
+        "gen_ai.system": "llama.cpp",
+        "gen_ai.request.model": model,
+        "tokenrelay.background": background,
+    }
     return tracer.start_span("llama.cpp generate", attributes=attributes)
 
 

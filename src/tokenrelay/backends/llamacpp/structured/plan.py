@@ -27,9 +27,10 @@ def content_schema(response_format: ResponseFormat | None) -> dict[str, Any] | N
     """The schema a plain answer must follow, if any."""
     if response_format is None or response_format.type == "text":
         return None
-    if response_format.type == "json_object" or response_format.json_schema.schema_ is None:
+    given = response_format.json_schema
+    schema = given.schema_ if given is not None else None
+    if response_format.type == "json_object" or schema is None:
         # A json_schema format without a schema constrains no more than json_object does.
         return ANY_OBJECT
-    schema = response_format.json_schema.schema_
     check_schema(schema, "response_format", "response_format.json_schema.schema")
     return schema

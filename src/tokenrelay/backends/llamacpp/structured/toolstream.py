@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from enum import Enum
 
@@ -160,7 +160,7 @@ class ToolCallParser:
         return delta
 
 
-async def tool_events(events: AsyncIterator[Event], spec: ToolSpec) -> AsyncIterator[Event]:
+async def tool_events(events: AsyncGenerator[Event, None], spec: ToolSpec) -> AsyncGenerator[Event, None]:
     """The engine's events with each choice's text read for tool calls."""
     parsers: dict[int, ToolCallParser] = {}
     async with aclosing(events):

@@ -76,6 +76,7 @@ class FileStore:
         values = new_file_values(principal.key_id, filename, purpose, content)
         async with self.engine.begin() as conn:
             await add_file(conn, values)
+        # new_file_values gives each field a value of its StoredFile type, in a dict of objects.
         return StoredFile(**{k: v for k, v in values.items() if k != "content"})  # type: ignore[arg-type]
 
     async def get(self, principal: Principal, file_id: str) -> StoredFile | None:

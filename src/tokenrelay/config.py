@@ -6,7 +6,7 @@ import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -139,7 +139,10 @@ def decimal_amount(digits: int) -> Any:
 
 
 # A price per million tokens: below a billion, so a call's cost in micro-units fits the ledger's 64-bit column.
-Price = decimal_amount(9)
+if TYPE_CHECKING:  # a type built at run time: the checker sees what validation makes of it
+    Price = Decimal
+else:
+    Price = decimal_amount(9)
 
 
 class Pricing(BaseModel):

@@ -116,8 +116,8 @@ def from_validation_error(exc: ValidationError, sent: Any = None) -> InvalidRequ
     if kind == "json_invalid":
         return InvalidRequest(f"The request body is not valid JSON: {first.get('msg')}", code=INVALID_JSON)
     message = first.get("msg", "invalid value")
-    where = f" at `{param}`" if param else ""
-    return InvalidRequest(f"Invalid value{where}: {message}", param=param, code=INVALID_VALUE)
+    at = f" at `{param}`" if param else ""
+    return InvalidRequest(f"Invalid value{at}: {message}", param=param, code=INVALID_VALUE)
 
 
 def _news(error: Any) -> tuple[bool, int]:

@@ -21,7 +21,11 @@ def attempt_span(tracer: Tracer | None, member: Named, attempt: int) -> Span | N
     """A client span, a child of the current span (the call's); None when untraced."""
     if tracer is None:
         return None
-    attributes = {"tokenrelay.node": member.name, "tokenrelay.member_kind": member.kind, "tokenrelay.attempt": attempt}
+    attributes: dict[str, str | int] = {
+        "tokenrelay.node": member.name,
+        "tokenrelay.member_kind": member.kind,
+        "tokenrelay.attempt": attempt,
+    }
     return tracer.start_span(f"{member.kind} {member.name}", kind=SpanKind.CLIENT, attributes=attributes)
 
 

@@ -14,7 +14,6 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import aclosing
 from typing import TypeVar
 
 from opentelemetry.trace import Span, Tracer
@@ -29,6 +28,7 @@ from tokenrelay.backends.base import (
     PromptCount,
     Served,
     Ticket,
+    aclose_quietly,
 )
 from tokenrelay.backends.tokens import ApproxCounter, TokenCounter, prompt_tokens
 from tokenrelay.backends.upstream.attempt_spans import attempt_span, end_attempt, use_span
@@ -255,14 +255,16 @@ class RoutedBackend:
                 async with Attempt(self, member, number) as span:
                     with use_span(span):  # the attempt's span is the parent the node is told of (`traceparent`)
                         events = answer(member)
-                    async with aclosing(events):
-                        first = await anext(events, [])
+                    try:
+                        first: Events = await anext(events, [])
                         member.breaker.success()
                         member.load.observe_latency(time.monotonic() - started)
                         streaming = True
                         yield [Served(member.name, member.kind), *first]
                         async for batch in events:
                             yield batch
+                    finally:
+                        await aclose_quietly(events)
             except NodeFailure as exc:
                 if streaming:
                     raise broken_stream(exc.reason) from None
@@ -271,7 +273,7 @@ class RoutedBackend:
             return
         raise exhausted(failures)
 
-    def _attempts(self, candidates: Callable[[], Sequence[M]], key: str | None) -> Iterator[M]:
+    def _attempts(self, candidates: Callable[[], Sequence[M]], key: int | None) -> Iterator[M]:
         """Members in the order routing picks them, each at most once and at most `max_attempts` in all;
         `candidates` is asked again at each attempt, as nodes come and go."""
         tried: set[str] = set()

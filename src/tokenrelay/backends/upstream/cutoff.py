@@ -83,6 +83,7 @@ class Cutoff:
             return [event]
         limit = self.limit or 0
         left = limit - self.counts.get(index, 0)
+        kept: Event | None
         if overspent and isinstance(event, TextDelta) and not event.logprobs:
             kept = self._shortened(event, left)
             used = 0 if kept is None else self.counter.count(kept.text)

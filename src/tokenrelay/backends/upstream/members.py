@@ -8,12 +8,20 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any, Protocol
 
 from opentelemetry import propagate, trace
 
-from tokenrelay.backends.base import Backend, Embeddings, Events, NativeApi, NativeRequest, PromptCount, Ticket
+from tokenrelay.backends.base import (
+    Backend,
+    Embeddings,
+    Events,
+    NativeApi,
+    NativeRequest,
+    PromptCount,
+    Ticket,
+    aclose_quietly,
+)
 from tokenrelay.backends.tokens import TokenCounter
 from tokenrelay.backends.upstream.bodies import completion_as_chat, node_body
 from tokenrelay.backends.upstream.client import NodeClient
@@ -210,9 +218,11 @@ class EmbeddedMember:
                 source = self.backend.chat(request, ticket)
             else:
                 source = self.backend.complete(request, ticket)
-            async with aclosing(source):
+            try:
                 async for events in source:
                     yield events
+            finally:
+                await aclose_quietly(source)
         except Overloaded:
             # A full queue here is no reason to refuse the client while a node may have room.
             raise NodeFailure("engine busy", busy=True) from None

@@ -80,7 +80,7 @@ class Meter:
     def passed(self, events: list[Event], whole: bool = False) -> list[Event]:
         """The events to pass on, within the limit (`whole`: the node's whole answer): a node's usage is kept
         for the end (`usage`), every other event watched."""
-        kept = []
+        kept: list[Event] = []
         for event in self.cutoff.passed(events, whole):
             if isinstance(event, Usage):
                 self.reported = event

@@ -68,7 +68,7 @@ class NodeTokenizer:
         return count if isinstance(count, int) and not isinstance(count, bool) else None
 
     async def _llama_server(self, chat_body: dict[str, Any], headers: dict[str, str]) -> int | None:
-        template = {name: chat_body[name] for name in ("messages", "tools") if name in chat_body}
+        template: dict[str, Any] = {name: chat_body[name] for name in ("messages", "tools") if name in chat_body}
         rendered = await self._post("/apply-template", template, headers)
         prompt = rendered.get("prompt") if rendered is not None else None
         if not isinstance(prompt, str):

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tokenrelay.limits.limiter import Reservation
     from tokenrelay.principal import Principal
 
+
 @dataclass
 class Call:
     request_id: str

@@ -50,6 +50,34 @@ class InvalidRequest(APIError):
     type = "invalid_request_error"
 
 
+class ContextExceeded(InvalidRequest):
+    """A prompt, or a prompt and the tokens asked for after it, longer than the model's context. Said in OpenAI's
+    words, which clients match to shorten a conversation (LiteLLM's context fallbacks); the numbers are kept for
+    the dialects that say it their own way (Anthropic's, which Claude Code reads to compact or lower max_tokens)."""
+
+    code = CONTEXT_LENGTH_EXCEEDED
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, context: int, *, param: str) -> None:
+        self.prompt_tokens, self.max_tokens, self.context = prompt_tokens, max_tokens, context
+        if self.prompt_too_long:
+            message = (
+                f"This model's maximum context length is {context} tokens. However, your messages resulted in "
+                f"{prompt_tokens} tokens, which leaves no room for the answer. "
+                "Please reduce the length of the messages."
+            )
+        else:
+            message = (
+                f"This model's maximum context length is {context} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion."
+            )
+        super().__init__(message, param=param if self.prompt_too_long else "max_tokens")
+
+    @property
+    def prompt_too_long(self) -> bool:
+        return self.prompt_tokens >= self.context
+
+
 class AuthenticationError(APIError):
     status = 401
     type = "invalid_request_error"

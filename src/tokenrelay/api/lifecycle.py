@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from tokenrelay.api.disconnect import cancel_on_disconnect
+from tokenrelay.api.ignored import ignored_header
 from tokenrelay.api.server import Server, services_of
 from tokenrelay.api.sse import EventStream, Framing, Piece
 from tokenrelay.calls.record import Call, ClientGone, record_failure
@@ -36,6 +37,8 @@ async def run_call(request: Request, endpoint_name: str, work: CallWork) -> Resp
     try:
         response = await work(request, call, services)
         response.raw_headers.append((SERVED_MODEL, (call.served_model or call.model).encode()))
+        if call.ignored:
+            response.raw_headers.append(ignored_header(call.ignored))
     except ClientGone as exc:
         record_failure(call, exc)
         response = Response(status_code=499)  # nobody is listening; this only ends the ASGI exchange cleanly

@@ -11,13 +11,20 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from tokenrelay.auth.bearer import scope_bearer_token
+from tokenrelay.calls.request_ids import id_header
 from tokenrelay.errors import APIError, error_response
+
+
+def request_id_headers(request_id: str) -> list[tuple[bytes, bytes]]:
+    return [id_header(request_id)]
 
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
     key: Callable[[Scope], str | None] = scope_bearer_token
     error: Callable[[APIError], Response] = error_response
+    # The headers naming the request on a response the gate sends (Anthropic's clients read `request-id`).
+    id_headers: Callable[[str], list[tuple[bytes, bytes]]] = request_id_headers
 
 
 OPENAI = Dialect()

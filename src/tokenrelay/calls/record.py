@@ -66,6 +66,7 @@ class Call:
     captured: list[str] | None = None  # the generated text, gathered only when traces capture content
     batch_id: str | None = None  # the batch this call is a line of
     served_model: str | None = None  # the fallback model that served `model`, if one did
+    ignored: list[str] = field(default_factory=list)  # request fields accepted without effect (named to the client)
     # Told of a fallback's `Served` as it passes, before the batch is rendered: the answer names the model.
     on_served: Callable[[Served], None] | None = None
     cost: int = 0  # micro-units of the settings' currency, at the serving model's (or node's) prices

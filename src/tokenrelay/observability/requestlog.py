@@ -24,6 +24,7 @@ def call_fields(call: Call) -> dict[str, object]:
         "backend": call.backend or None,
         "node": call.node,
         "stream": call.streamed,
+        "ignored": ",".join(call.ignored) or None,
         "status": call.status,
         "error": call.error,
         "finish": ",".join(call.finish_reasons) or None,

@@ -23,7 +23,7 @@ from tokenrelay.api.direct_route import DirectRoute, Handler
 from tokenrelay.api.server import services_of
 from tokenrelay.auth.caller import authenticate, protected
 from tokenrelay.auth.dialects import Dialects
-from tokenrelay.calls.request_ids import assign_request_id, id_header, sending_id
+from tokenrelay.calls.request_ids import assign_request_id, sending_id
 from tokenrelay.server.failures import failure_response
 
 
@@ -52,5 +52,5 @@ class Gate:
         if response is None:  # FastAPI answers
             await self.app(scope, receive, sending_id(send, request_id))
             return
-        response.raw_headers.append(id_header(request_id))
+        response.raw_headers.extend(self.dialects.of(scope["path"]).id_headers(request_id))
         await response(scope, receive, send)

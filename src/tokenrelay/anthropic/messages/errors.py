@@ -15,6 +15,7 @@ from tokenrelay.errors import (
     UNSUPPORTED_PARAMETER,
     APIError,
     AuthenticationError,
+    ContextExceeded,
     InvalidRequest,
     ModelNotFound,
     NotFound,
@@ -50,7 +51,20 @@ def error_kind(exc: APIError) -> tuple[str, int]:
 
 def error_body(exc: APIError) -> dict[str, Any]:
     kind, _ = error_kind(exc)
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+    return {"type": "error", "error": {"type": kind, "message": message_of(exc)}}
+
+
+def message_of(exc: APIError) -> str:
+    """The message, but an overflow in Anthropic's own words (Claude Code compacts its conversation on the first
+    and lowers `max_tokens` on the second, reading the numbers)."""
+    if not isinstance(exc, ContextExceeded):
+        return exc.message
+    if exc.prompt_too_long:
+        return f"prompt is too long: {exc.prompt_tokens} tokens > {exc.context - 1} maximum"
+    return (
+        f"input length and `max_tokens` exceed context limit: {exc.prompt_tokens} + {exc.max_tokens} > "
+        f"{exc.context}, decrease input length or `max_tokens` and try again"
+    )
 
 
 def error_response(exc: APIError) -> JSONResponse:

@@ -19,9 +19,17 @@ from tokenrelay.apidoc.errors import AnthropicError
 from tokenrelay.apidoc.operations import answers, json_body
 from tokenrelay.auth.bearer import scope_api_key
 from tokenrelay.auth.dialects import Dialect
+from tokenrelay.calls.request_ids import id_header
 
 PREFIX = "/v1/messages"
-DIALECT = Dialect(key=scope_api_key, error=error_response)
+
+
+def anthropic_id_headers(request_id: str) -> list[tuple[bytes, bytes]]:
+    """Every path's `x-request-id`, and `request-id`, which Anthropic's clients read (and put in their errors)."""
+    return [id_header(request_id), (b"request-id", id_header(request_id)[1])]
+
+
+DIALECT = Dialect(key=scope_api_key, error=error_response, id_headers=anthropic_id_headers)
 # Anthropic's statuses: its overloaded answer is 529.
 ERRORS = (400, 401, 404, 413, 429, 500, 502, 503, 529)
 

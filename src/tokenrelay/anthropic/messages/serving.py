@@ -21,6 +21,7 @@ from tokenrelay.anthropic.messages.protocol import CountTokensRequest, MessagesR
 from tokenrelay.anthropic.messages.render import MessageMeta, MessageStreamer, message_body
 from tokenrelay.anthropic.messages.translate import to_chat
 from tokenrelay.api.collect import collect
+from tokenrelay.api.ignored import ignored_header
 from tokenrelay.api.lifecycle import run_call, stream_or_collect
 from tokenrelay.api.parsing import read_body, validate_json
 from tokenrelay.api.relayed import forwarded_headers, relayed_response, relays
@@ -53,7 +54,7 @@ async def _create(request: Request, call: Call, services: Server) -> Response:
         headers = forwarded_headers(request, ANTHROPIC_HEADERS)
         native = NativeRequest(ENDPOINT, loads(raw), chat, headers)
         return await relayed_response(request, call, backend, native, error_body)
-    call.backend = backend.kind
+    call.backend, call.ignored = backend.kind, body.ignored()
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
     call.on_served = functools.partial(_served_by, meta)
     events = observed(backend.chat(chat, call.ticket), call)
@@ -84,7 +85,10 @@ async def count_tokens(request: Request) -> Response:
         native = NativeRequest(ENDPOINT, loads(raw), chat, forwarded_headers(request, ANTHROPIC_HEADERS))
         return JSONResponse({"input_tokens": await backend.count_natively(native, request_id_of(request.scope))})
     count = await backend.count_chat_prompt(chat)
-    return JSONResponse({"input_tokens": count.tokens})
+    response = JSONResponse({"input_tokens": count.tokens})
+    if ignored := body.ignored():
+        response.raw_headers.append(ignored_header(ignored))
+    return response
 
 
 def validated(raw: bytes, model: type[Body]) -> Body:

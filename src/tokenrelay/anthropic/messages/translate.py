@@ -2,8 +2,9 @@
 
 Blocks become chat messages: text and images a user turn's parts, `tool_use` an assistant turn's `tool_calls`
 (arguments as JSON text), each `tool_result` a `tool` message (in the block's place, so the order the model
-reads is the order sent). Tools become chat function tools, so the engine's structured tool-call path (and a
-node's own) constrains their arguments exactly as for chat.
+reads is the order sent), and a system message inside `messages` a chat system message where it stands. Tools
+become chat function tools, so the engine's structured tool-call path (and a node's own) constrains their
+arguments exactly as for chat; `output_config.format` becomes chat's `response_format`, enforced the same way.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from tokenrelay.anthropic.messages.protocol import (
     ImageBlock,
     Message,
     MessagesRequest,
+    SystemMessage,
     TextBlock,
     ToolChoiceAny,
     ToolChoiceNone,
     ToolChoiceTool,
     UserBlock,
 )
-from tokenrelay.errors import UNSUPPORTED_PARAMETER, InvalidRequest
+from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 # What a failed tool's result is marked with, since chat's `tool` message has no error flag.
@@ -40,10 +42,15 @@ def to_chat(request: CountTokensRequest, *, stream: bool = False) -> ChatComplet
     body: dict[str, Any] = {"model": request.model, "messages": _system(request.system) + _messages(request.messages)}
     if request.messages[-1].role == "assistant":
         body["continue_final_message"] = True  # a prefill: the answer writes on from it
-    if request.tools:
-        body["tools"] = [_tool(tool) for tool in request.tools]
+    tools = request.function_tools()
+    if tools:
+        body["tools"] = [_tool(tool) for tool in tools]
     if request.tool_choice is not None:
-        body |= _tool_choice(request.tool_choice, bool(request.tools))
+        body |= _tool_choice(request.tool_choice, bool(tools))
+    output = request.output_config
+    if output is not None and output.format is not None:
+        schema = {"name": "output", "schema": output.format.schema_, "strict": True}
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
     if isinstance(request, MessagesRequest):
         body |= _sampling(request, stream)
     try:
@@ -53,14 +60,8 @@ def to_chat(request: CountTokensRequest, *, stream: bool = False) -> ChatComplet
 
 
 def _check_supported(request: CountTokensRequest) -> None:
-    if request.thinking is not None:
-        raise InvalidRequest(
-            "`thinking` is not supported: this model has no extended thinking.",
-            param="thinking",
-            code=UNSUPPORTED_PARAMETER,
-        )
     last = request.messages[-1]
-    if last.role == "assistant" and any(block.type == "tool_use" for block in last.blocks()):
+    if isinstance(last, AssistantMessage) and any(block.type == "tool_use" for block in last.blocks()):
         raise InvalidRequest(
             "A final assistant message (a prefill the answer continues) may hold text only, not `tool_use` blocks.",
             param=f"messages.{len(request.messages) - 1}.content",
@@ -92,6 +93,8 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
     for message in messages:
         if isinstance(message, AssistantMessage):
             out.append(_assistant(message.blocks()))
+        elif isinstance(message, SystemMessage):
+            out.append({"role": "system", "content": message.text()})
         else:
             out.extend(_user(message.blocks()))
     return out

@@ -6,7 +6,12 @@ from typing import Any
 
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.templates import ChatTemplate
-from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED, UNSUPPORTED_CONTENT, UNSUPPORTED_PARAMETER, InvalidRequest
+from tokenrelay.errors import (
+    UNSUPPORTED_CONTENT,
+    UNSUPPORTED_PARAMETER,
+    ContextExceeded,
+    InvalidRequest,
+)
 from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.protocol.common import GenerationRequest
 
@@ -91,17 +96,6 @@ def check_logit_bias(model: LlamaModel, request: GenerationRequest) -> None:
 
 
 def check_context(prompt_tokens: int, max_tokens: int, n_ctx: int, prompt_param: str) -> None:
-    if prompt_tokens >= n_ctx:
-        raise InvalidRequest(
-            f"The prompt is {prompt_tokens} tokens long; this model's context window per request is {n_ctx} "
-            "tokens, which must also hold at least one generated token.",
-            param=prompt_param,
-            code=CONTEXT_LENGTH_EXCEEDED,
-        )
-    if prompt_tokens + max_tokens > n_ctx:
-        raise InvalidRequest(
-            f"This model's context window per request is {n_ctx} tokens; the prompt ({prompt_tokens}) plus "
-            f"max_tokens ({max_tokens}) would need {prompt_tokens + max_tokens}. Lower max_tokens or the prompt.",
-            param="max_tokens",
-            code=CONTEXT_LENGTH_EXCEEDED,
-        )
+    """The prompt must leave room for at least one generated token, and for `max_tokens` of them."""
+    if prompt_tokens >= n_ctx or prompt_tokens + max_tokens > n_ctx:
+        raise ContextExceeded(prompt_tokens, max_tokens, n_ctx, param=prompt_param)

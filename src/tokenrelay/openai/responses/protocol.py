@@ -1,35 +1,35 @@
 """`POST /v1/responses` request body: strict wire models, as the chat models are.
 
-Input items and their parts refuse fields they do not know (a 400 naming the field); the body itself
-refuses every field outside the ones served here, with a message that tells a parameter this server does
-not support from one that does not exist.
+Input items and their parts refuse fields they do not know (a 400 naming the field). The body refuses, with a
+400 naming it, a parameter that would change what the answer means and cannot be honoured here (`REFUSED`);
+it accepts what is a hint, or has no effect on these models (`HINTS`, a hosted tool the gateway cannot run, a
+field it does not know), and names each in `ignored()`, which the response's `x-tokenrelay-ignored-fields`
+header and the request log line carry.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from tokenrelay.errors import UNSUPPORTED_PARAMETER, InvalidRequest
 from tokenrelay.protocol.common import WireModel
 
-# Parameters of OpenAI's Responses API that this server does not serve; sent with a value, each is a 400.
-UNSUPPORTED = (
-    "background",
-    "conversation",
+# Parameters of OpenAI's Responses API that change the answer and are not served here: sent with a value, a 400.
+REFUSED = ("background", "conversation", "max_tool_calls", "prompt", "top_logprobs")
+# Accepted without effect: cache and routing hints (prefix caching here is automatic), client and safety metadata,
+# items to include that these answers never have (no reasoning, no hosted tools), reasoning settings of models
+# that do not reason, and the stream's options.
+HINTS = (
+    "client_metadata",
     "include",
-    "max_tool_calls",
-    "prompt",
     "prompt_cache_key",
+    "prompt_cache_retention",
+    "reasoning",
     "safety_identifier",
     "service_tier",
     "stream_options",
-    "top_logprobs",
-)
-BUILT_IN_TOOLS = (
-    "web_search, web_search_preview, file_search, code_interpreter, computer_use_preview, image_generation, mcp, "
-    "local_shell, custom"
 )
 
 
@@ -91,6 +91,7 @@ class FunctionCallItem(ItemModel):
     call_id: Annotated[str, Field(min_length=1)]
     name: str
     arguments: str
+    namespace: str | None = None  # the namespace tool the function belongs to
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
@@ -128,6 +129,37 @@ class FunctionTool(ItemModel):
     strict: bool | None = None
 
 
+class NamespaceTool(ItemModel):
+    """Functions grouped under a name (Codex's sub-agent tools): the model is shown the functions, and a call of
+    one names its namespace, as OpenAI's answers do."""
+
+    type: Literal["namespace"]
+    name: Annotated[str, Field(min_length=1)]
+    description: str | None = None
+    tools: list[FunctionTool]
+
+
+class HostedTool(BaseModel):
+    """A tool OpenAI's servers run (web search, file search, code interpreter, ...): this gateway cannot, so the
+    model is not shown it."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+
+def _tool_type(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("function", "namespace") else "hosted"
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[HostedTool, Tag("hosted")],
+    Discriminator(_tool_type),
+]
+
+
 class FunctionChoice(ItemModel):
     type: Literal["function"]
     name: str
@@ -154,13 +186,15 @@ TextFormat = Annotated[TextFormatText | TextFormatJsonObject | TextFormatJsonSch
 
 class TextConfig(ItemModel):
     format: TextFormat | None = None
+    verbosity: str | None = None  # a hint these models have no use for
 
 
 def _document_unserved(schema: dict[str, Any]) -> None:
-    """In the published schema: no unknown fields, and the unserved parameters only without a value."""
-    schema["additionalProperties"] = False
+    """In the published schema: the refused parameters only without a value; the hints as what they are."""
     unset = {"anyOf": [{"type": "null"}, {"const": False}, {"type": "array", "maxItems": 0}]}
-    schema["properties"].update({name: {**unset, "description": "not served here"} for name in UNSUPPORTED})
+    schema["properties"].update({name: {**unset, "description": "not served here"} for name in REFUSED})
+    hint = {"description": "accepted without effect (named in the x-tokenrelay-ignored-fields header)"}
+    schema["properties"].update({name: hint for name in HINTS})
 
 
 class ResponsesRequest(WireModel):
@@ -174,7 +208,7 @@ class ResponsesRequest(WireModel):
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
@@ -184,22 +218,40 @@ class ResponsesRequest(WireModel):
     store: bool | None = None
     stream: bool | None = None
     previous_response_id: str | None = None
-    # Refused when set (no model here has reasoning controls), with a message that says so.
-    reasoning: Annotated[dict[str, Any] | None, WithJsonSchema({"type": "null"})] = None
 
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _function_tools_only(cls, value: Any) -> Any:
-        for i, tool in enumerate(value if isinstance(value, list) else []):
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            if kind is not None and kind != "function":
-                raise InvalidRequest(
-                    f"The built-in tool type {kind!r} is not supported by this server; only `function` tools are "
-                    f"(built-in tools: {BUILT_IN_TOOLS}).",
-                    param=f"tools.{i}.type",
-                    code=UNSUPPORTED_PARAMETER,
-                )
-        return value
+    def functions(self) -> dict[str, tuple[FunctionTool, str | None]]:
+        """The functions the model is shown, by the name it calls them with, each with its namespace: a
+        namespace's function keeps its own name unless another tool has it (then `namespace__name`)."""
+        plain = {tool.name for tool in self.tools or [] if isinstance(tool, FunctionTool)}
+        shown: dict[str, tuple[FunctionTool, str | None]] = {}
+        for tool in self.tools or []:
+            if isinstance(tool, FunctionTool):
+                shown[tool.name] = (tool, None)
+            elif isinstance(tool, NamespaceTool):
+                for inner in tool.tools:
+                    name = inner.name if inner.name not in plain else f"{tool.name}__{inner.name}"
+                    shown[name] = (inner, tool.name)
+        return shown
+
+    def called(self, shown: str) -> tuple[str, str | None]:
+        """A called function's own name and namespace, from the name the model called it by."""
+        tool, namespace = self.functions().get(shown, (None, None))
+        return (tool.name if tool is not None else shown), namespace
+
+    def shown_name(self, name: str, namespace: str | None) -> str:
+        """The name the model knows a (namespaced) function by, for a call sent back in the input."""
+        if namespace is None:
+            return name
+        found = [shown for shown, (tool, space) in self.functions().items() if (tool.name, space) == (name, namespace)]
+        return found[0] if found else name
+
+    def ignored(self) -> list[str]:
+        """The fields sent that are accepted without effect, as paths into the body."""
+        names = [name for name in (self.model_extra or {}) if name not in REFUSED]
+        names += [f"tools.{i}" for i, tool in enumerate(self.tools or []) if isinstance(tool, HostedTool)]
+        if self.text is not None and self.text.verbosity is not None:
+            names.append("text.verbosity")
+        return names
 
     @field_validator("tool_choice", mode="before")
     @classmethod
@@ -223,27 +275,17 @@ class ResponsesRequest(WireModel):
         return value
 
     @model_validator(mode="after")
-    def _nothing_unserved(self) -> ResponsesRequest:
-        extra = self.model_extra or {}
-        unknown = [name for name in extra if name not in UNSUPPORTED]
-        if unknown:
-            raise InvalidRequest(f"Unrecognized request argument supplied: {', '.join(unknown)}", param=unknown[0])
-        for name, value in extra.items():
-            if not (value is None or value is False or value == []):  # `0` is a value (and equals False)
+    def _nothing_refused(self) -> ResponsesRequest:
+        for name, value in (self.model_extra or {}).items():
+            if name in REFUSED and not (value is None or value is False or value == []):  # `0` is a value
                 raise InvalidRequest(
                     f"`{name}` is not supported by this server.", param=name, code=UNSUPPORTED_PARAMETER
                 )
-        if self.reasoning is not None:
-            raise InvalidRequest(
-                f"`reasoning` is not supported with the model `{self.model}`: it has no reasoning controls.",
-                param="reasoning",
-                code=UNSUPPORTED_PARAMETER,
-            )
         return self
 
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> ResponsesRequest:
-        names = [tool.name for tool in self.tools or []]
+        names = list(self.functions())
         if self.tool_choice == "required" and not names:
             raise InvalidRequest("`tool_choice: required` needs `tools`.", param="tool_choice")
         if isinstance(self.tool_choice, FunctionChoice) and self.tool_choice.name not in names:

@@ -112,15 +112,13 @@ def message_item(item_id: str, status: str, parts: list[Item]) -> Item:
     return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": parts}
 
 
-def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Item:
-    return {
-        "id": item_id,
-        "type": "function_call",
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
+def function_call_item(
+    body: ResponsesRequest, item_id: str, call_id: str, shown: str, arguments: str, status: str
+) -> Item:
+    """A call of the function the model knows as `shown`: by its own name, with its namespace if it has one."""
+    name, namespace = body.called(shown)
+    item = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+    return item | ({"namespace": namespace} if namespace is not None else {}) | {"status": status}
 
 
 def collected_response(head: ResponseHead, collected: Collected) -> dict[str, Any]:
@@ -135,7 +133,8 @@ def collected_response(head: ResponseHead, collected: Collected) -> dict[str, An
         output.append(message_item(new_id("msg"), item_status, [text_part(text)]))
     for call in calls:
         call_id = call.id or new_id("call")
-        output.append(function_call_item(new_id("fc"), call_id, call.name or "", call.arguments, item_status))
+        item = function_call_item(head.body, new_id("fc"), call_id, call.name or "", call.arguments, item_status)
+        output.append(item)
     return response_object(head, status, output, collected.usage, incomplete=incomplete)
 
 

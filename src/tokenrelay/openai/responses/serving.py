@@ -66,7 +66,7 @@ async def _respond(request: Request, call: Call, services: Server) -> Response:
     conversation = translate.Conversation(context, items)
     chat = translate.chat_request(body, conversation)
     backend = await services.admit(call, chat)
-    call.backend = backend.kind
+    call.backend, call.ignored = backend.kind, body.ignored()
     head = ResponseHead(new_id("resp"), int(time.time()), body)
     call.on_served = functools.partial(_served_by, head)
     save = functools.partial(_save, store, body, call.key_id, items, context)

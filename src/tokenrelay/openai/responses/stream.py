@@ -97,7 +97,8 @@ class ResponseStream:
         current = self.open
         if current is None or current.item["type"] != "function_call" or current.item["_index"] != event.call_index:
             out += self._close()
-            item = function_call_item(new_id("fc"), event.id or new_id("call"), event.name or "", "", "in_progress")
+            call_id = event.id or new_id("call")
+            item = function_call_item(self.head.body, new_id("fc"), call_id, event.name or "", "", "in_progress")
             out += self._open(item | {"_index": event.call_index})
         assert self.open is not None
         if event.arguments:

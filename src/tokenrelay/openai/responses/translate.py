@@ -104,8 +104,12 @@ def chat_request(body: ResponsesRequest, conversation: Conversation) -> ChatComp
         "parallel_tool_calls": body.parallel_tool_calls,
     }
     chat.update({name: value for name, value in simple.items() if value is not None})
-    if body.tools:
-        chat["tools"] = [{"type": "function", "function": _function(tool.model_dump())} for tool in body.tools]
+    functions = body.functions()
+    if functions:
+        chat["tools"] = [
+            {"type": "function", "function": _function(tool.model_dump()) | {"name": shown}}
+            for shown, (tool, _) in functions.items()
+        ]
     if body.tool_choice is not None:
         choice = body.tool_choice
         chat["tool_choice"] = (
@@ -145,7 +149,7 @@ def _messages(body: ResponsesRequest, conversation: Conversation) -> tuple[list[
         where = conversation.origin(position)
         if item["type"] == "function_call":
             made.add(item["call_id"])
-            call = {"id": item["call_id"], "type": "function", "function": _call(item)}
+            call = {"id": item["call_id"], "type": "function", "function": _call(body, item)}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)  # one assistant turn: its text and its calls
@@ -162,8 +166,8 @@ def _messages(body: ResponsesRequest, conversation: Conversation) -> tuple[list[
     return messages, origins
 
 
-def _call(item: Item) -> Item:
-    return {"name": item["name"], "arguments": item["arguments"]}
+def _call(body: ResponsesRequest, item: Item) -> Item:
+    return {"name": body.shown_name(item["name"], item.get("namespace")), "arguments": item["arguments"]}
 
 
 def _check_answer(item: Item, made: set[str], where: str) -> None:

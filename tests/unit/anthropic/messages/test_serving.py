@@ -221,12 +221,11 @@ def test_keys_by_x_api_key_or_bearer(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ({"frequency_penalty": 1}, "frequency_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"temperature": 1.5}, "temperature"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "bold": True}]}]}, "bold"),
-        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        ({"output_config": {"format": {"type": "xml"}}}, "output_config.format.type"),
     ],
 )
 def test_bad_bodies_are_400s_naming_the_field(tmp_path: Path, change: dict[str, Any], named: str) -> None:
@@ -234,6 +233,26 @@ def test_bad_bodies_are_400s_naming_the_field(tmp_path: Path, change: dict[str, 
     message = assert_anthropic_error(client.post("/v1/messages", json=BODY | change), 400, "invalid_request_error")
     assert named in message
     assert services.fake.requests == []
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"frequency_penalty": 1}, "frequency_penalty"),
+        ({"thinking": {"type": "adaptive"}}, "thinking"),
+        ({"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}, "context_management"),
+        ({"output_config": {"effort": "high"}}, "output_config.effort"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
+    ],
+)
+def test_hints_are_served_and_named_in_the_answer(tmp_path: Path, change: dict[str, Any], named: str) -> None:
+    client, services = serve(tmp_path, [TextDelta(0, "x"), Finish(0, "stop"), Usage(1, 1)])
+    response = client.post("/v1/messages", json=BODY | change)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-tokenrelay-ignored-fields"] == named
+    assert services.fake.requests[0].tools is None  # a server tool is not shown to the model
+    [call] = services.ended
+    assert call.ignored == [named]
 
 
 def test_a_missing_max_tokens_is_a_400(tmp_path: Path) -> None:
@@ -254,5 +273,5 @@ def test_count_tokens_asks_the_backend_for_the_translated_prompt(tmp_path: Path)
     assert response.status_code == 200, response.text
     assert response.json() == {"input_tokens": len("Sys") + len("Hello")}
     assert services.ended == []  # nothing generated, nothing recorded
-    missing = client.post("/v1/messages/count_tokens", json=body | {"max_tokens": 5})
-    assert "max_tokens" in assert_anthropic_error(missing, 400, "invalid_request_error")
+    sampled = client.post("/v1/messages/count_tokens", json=body | {"max_tokens": 5})  # what a whole request holds
+    assert sampled.json() == response.json() and sampled.headers["x-tokenrelay-ignored-fields"] == "max_tokens"

@@ -127,10 +127,41 @@ def test_images_become_image_parts() -> None:
     assert chat.messages[0].content[0].image_url.url == "data:image/png;base64,AAAA"
 
 
-def test_thinking_is_refused_by_name() -> None:
-    with pytest.raises(InvalidRequest) as caught:
-        to_chat(request(thinking={"type": "enabled", "budget_tokens": 1024}))
-    assert caught.value.param == "thinking"
+def test_thinking_is_a_hint_a_model_that_does_not_think_leaves_unused() -> None:
+    body = request(thinking={"type": "enabled", "budget_tokens": 1024})
+    assert to_chat(body) == to_chat(request()) and body.ignored() == ["thinking"]
+
+
+TEXT_HELLO = {"type": "text", "text": "Hello"}
+
+
+def test_a_system_message_inside_the_conversation_stays_where_it_was_sent() -> None:
+    turns = [
+        {"role": "user", "content": "Hi"},
+        {
+            "role": "assistant",
+            "content": [{"type": "thinking", "thinking": "hm", "signature": "s"}, {"type": "text", "text": "Hello"}],
+        },
+        {"role": "system", "content": "Answer in French from now on."},
+        {"role": "user", "content": "Bye"},
+    ]
+    body = request(system="Be brief.", messages=turns)
+    chat = to_chat(body)
+    assert [(m.role, m.text()) for m in chat.messages] == [
+        ("system", "Be brief."),
+        ("user", "Hi"),
+        ("assistant", "Hello"),
+        ("system", "Answer in French from now on."),
+        ("user", "Bye"),
+    ]
+    assert body.ignored() == ["messages.1.thinking"]
+
+
+def test_an_output_format_is_chats_json_schema() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    chat = to_chat(request(output_config={"format": {"type": "json_schema", "schema": schema}}))
+    assert chat.response_format is not None and chat.response_format.type == "json_schema"
+    assert chat.response_format.json_schema.schema_ == schema
 
 
 def test_an_assistant_prefill_is_continued() -> None:

@@ -96,11 +96,8 @@ def test_text_formats_become_response_formats() -> None:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
-        ({"tools": [{"type": "function", "name": "f"}, {"type": "mcp", "server_label": "x"}]}, "tools.1.type"),
-        ({"reasoning": {"effort": "low"}}, "reasoning"),
-        ({"frobnicate": 1}, "frobnicate"),
-        ({"include": ["file_search_call.results"]}, "include"),
+        ({"background": True}, "background"),
+        ({"conversation": "conv_1"}, "conversation"),
         ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"input": [{"role": "user", "content": "x", "colour": "red"}]}, "input.0.colour"),
@@ -115,10 +112,35 @@ def test_what_cannot_be_served_is_a_400_naming_it(fields: dict[str, Any], param:
     assert (caught.value.status, caught.value.param) == (400, param)
 
 
-def test_every_unknown_field_is_named() -> None:
-    with pytest.raises(InvalidRequest) as caught:
-        parse(request(input="x", colour="red", size=3))
-    assert caught.value.param == "colour" and "colour, size" in caught.value.message
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"tools": [{"type": "web_search"}]}, ["tools.0"]),
+        ({"tools": [{"type": "function", "name": "f"}, {"type": "mcp", "server_label": "x"}]}, ["tools.1"]),
+        ({"reasoning": {"effort": "low"}}, ["reasoning"]),
+        ({"include": ["reasoning.encrypted_content"], "prompt_cache_key": "k"}, ["include", "prompt_cache_key"]),
+        ({"client_metadata": {"a": "b"}, "colour": "red"}, ["client_metadata", "colour"]),
+        ({"text": {"verbosity": "low"}}, ["text.verbosity"]),
+    ],
+)
+def test_hints_and_tools_run_elsewhere_are_accepted_and_named(fields: dict[str, Any], named: list[str]) -> None:
+    raw = request(**{"input": "x", **fields})
+    assert parse(raw).ignored() == named
+    assert all(tool.function.name == "f" for tool in chat_of(raw).tools or [])
+
+
+def test_a_namespaces_functions_are_shown_and_a_call_names_its_namespace() -> None:
+    inner = {"type": "function", "name": "close_agent", "parameters": {"type": "object", "properties": {}}}
+    spawn = {"type": "function", "name": "spawn", "parameters": {"type": "object", "properties": {}}}
+    namespace = {"type": "namespace", "name": "multi_agent", "description": "Agents.", "tools": [inner, spawn]}
+    clash = {"type": "function", "name": "spawn", "parameters": {"type": "object", "properties": {}}}
+    call = {"type": "function_call", "call_id": "c1", "name": "spawn", "namespace": "multi_agent", "arguments": "{}"}
+    answer = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    raw = request(input=[{"role": "user", "content": "x"}, call, answer], tools=[namespace, clash])
+    body, chat = parse(raw), chat_of(raw)
+    assert [tool.function.name for tool in chat.tools or []] == ["close_agent", "multi_agent__spawn", "spawn"]
+    assert chat.messages[1].tool_calls[0].function.name == "multi_agent__spawn"
+    assert body.called("multi_agent__spawn") == ("spawn", "multi_agent") and body.called("spawn") == ("spawn", None)
 
 
 def test_files_cannot_be_read_without_a_files_api() -> None:

@@ -9,9 +9,9 @@ from llguidance import LLMatcher
 from tokenrelay.backends.llamacpp.structured.grammars import output_grammar
 from tokenrelay.backends.llamacpp.structured.narrowing import generation_schema
 from tokenrelay.backends.llamacpp.structured.schemas import check_schema, json_grammar
-from tokenrelay.backends.llamacpp.structured.toolspec import ToolSpec
+from tokenrelay.backends.llamacpp.structured.toolspec import ToolSpec, tool_spec
 from tokenrelay.errors import InvalidRequest
-from tokenrelay.protocol.chat import FunctionDef
+from tokenrelay.protocol.chat import ChatCompletionRequest, FunctionDef
 
 OPEN = {
     "type": "object",
@@ -97,3 +97,19 @@ def test_default_bounds_never_make_a_schema_unsatisfiable() -> None:
     assert "minimum" not in below  # a default minimum above the schema's maximum would allow nothing
     above = generation_schema({"type": "number", "exclusiveMinimum": 1e20})
     assert "maximum" not in above and above["multipleOf"] == 1e-10
+
+
+def test_a_tools_parameters_are_enforced_as_far_as_the_decoder_can_and_never_refused_for_the_rest() -> None:
+    """Claude Code's task tools use `propertyNames`: the arguments are still JSON objects of the declared shape."""
+    schema = {
+        "type": "object",
+        "properties": {"metadata": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}}},
+        "required": ["metadata"],
+    }
+    task = {"type": "function", "function": {"name": "task", "parameters": schema}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [task]}
+    request = ChatCompletionRequest.model_validate(body)
+    spec = tool_spec(request)
+    assert spec is not None and not LLMatcher.validate_grammar_with_warnings(output_grammar(spec, None) or "")[0]
+    with pytest.raises(InvalidRequest):  # the same keyword in a response format is refused: the answer is the JSON
+        check_schema(schema, "response_format", "the schema")

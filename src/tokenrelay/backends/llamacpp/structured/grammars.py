@@ -45,7 +45,7 @@ def _lark(tools: ToolSpec, content: dict[str, Any] | None) -> str:
     for i, function in enumerate(tools.callable):
         head = toolformat.head(function.name).removeprefix(toolformat.OPEN)
         rules.append(f"call_{i}: {json.dumps(head)} args_{i} {json.dumps(toolformat.TAIL)}")
-        rules.append(f"args_{i}: {inline_json(arguments_schema(function))}")
+        rules.append(f"args_{i}: {inline_json(arguments_schema(function), lenient=True)}")
     return "\n".join(rules) + "\n"
 
 

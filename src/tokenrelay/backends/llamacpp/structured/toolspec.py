@@ -83,4 +83,5 @@ def _check_functions(functions: tuple[FunctionDef, ...], param: str) -> None:
         if function.name in seen:
             raise InvalidRequest(f"Function names must be unique; `{function.name}` appears twice.", param=where)
         seen.add(function.name)
-        check_schema(arguments_schema(function), f"{where}.parameters", f"The parameters of `{function.name}`")
+        what = f"The parameters of `{function.name}`"
+        check_schema(arguments_schema(function), f"{where}.parameters", what, lenient=True)

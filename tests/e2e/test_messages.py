@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 from accounting_support import create_key, ledger_rows, sqlite_url
 from openai import OpenAI
+from pydantic import BaseModel, Field
 from servers import Server, start_server
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -241,3 +242,34 @@ def test_a_spent_budget_is_a_rate_limit_error(deployment: Deployment) -> None:
         for _ in range(10):  # the budget (60 tokens) cannot take ten prompts
             greedy(client, max_tokens=4)
     assert caught.value.body["error"]["type"] == "rate_limit_error"
+
+
+# What Anthropic's clients ask besides messages ------------------------------------------------------------
+def test_anthropic_clients_list_the_models_in_anthropics_shape(deployment: Deployment) -> None:
+    listed = deployment.client().models.list()
+    assert CHAT_MODEL in [model.id for model in listed.data]
+    assert all(model.type == "model" and model.created_at.year >= 1970 for model in listed.data)
+    openai_shape = httpx.get(f"{deployment.server.base_url}/v1/models", headers={"x-api-key": deployment.keys["plain"]})
+    assert openai_shape.json()["object"] == "list"
+
+
+def test_a_server_is_found_with_head_and_answers_name_the_request(deployment: Deployment) -> None:
+    assert httpx.head(f"{deployment.server.base_url}/").status_code == 200
+    raw = deployment.client().messages.with_raw_response.create(model=CHAT_MODEL, max_tokens=4, messages=ASK)  # type: ignore[arg-type]
+    assert raw.headers["request-id"] == raw.headers["x-request-id"]
+
+
+class Colour(BaseModel):
+    colour: str = Field(max_length=12)
+
+
+def test_a_structured_answer_is_parsed_as_the_sdk_asks_for_it(deployment: Deployment) -> None:
+    """`messages.parse(output_format=...)` sends `output_config.format`: the answer follows its schema."""
+    message = deployment.client().messages.parse(
+        model=CHAT_MODEL,
+        max_tokens=40,
+        messages=[{"role": "user", "content": "Name a colour as JSON."}],
+        output_format=Colour,
+        extra_body={"temperature": 0},
+    )
+    assert isinstance(message.parsed_output, Colour)

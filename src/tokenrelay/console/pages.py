@@ -24,7 +24,8 @@ def page(name: str) -> FileResponse:
     return FileResponse(page_path(name), headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/")
+# HEAD too: clients check that a server is there with `HEAD /` before their first request (Claude Code does).
+@router.api_route("/", methods=["GET", "HEAD"])
 async def playground() -> FileResponse:
     return page("playground.html")
 

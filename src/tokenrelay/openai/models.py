@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -9,7 +10,7 @@ from starlette.responses import JSONResponse
 
 from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
-from tokenrelay.backends.base import Backend
+from tokenrelay.backends.base import Backend, ModelCard
 from tokenrelay.errors import ModelNotFound
 
 router = APIRouter()
@@ -23,7 +24,25 @@ def model_body(backend: Backend) -> dict[str, Any]:
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
     backends = [b for b in services_of(request).registry.all() if caller_of(request).may_use(b.card.id)]
+    if "anthropic-version" in request.headers:
+        return JSONResponse(anthropic_list([b.card for b in backends]))
     return JSONResponse({"object": "list", "data": [model_body(b) for b in backends]})
+
+
+def anthropic_list(cards: list[ModelCard]) -> dict[str, Any]:
+    """The list in Anthropic's shape, for its clients (they send `anthropic-version`): one path serves both
+    families, as Anthropic's own API and OpenAI's are both asked for `/v1/models`."""
+    data = [
+        {
+            "type": "model",
+            "id": card.id,
+            "display_name": card.id,
+            "created_at": datetime.fromtimestamp(card.created, UTC).isoformat().replace("+00:00", "Z"),
+        }
+        for card in cards
+    ]
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    return {"data": data, "has_more": False, "first_id": first, "last_id": last}
 
 
 @router.get("/v1/models/{model_id:path}", responses=error_responses(404))

@@ -85,7 +85,8 @@ def test_codex_turns_stream_to_their_end(via: str, request: pytest.FixtureReques
         response, text = replay(server, record, max_output_tokens=24)
         assert response.status_code == 200, text
         events = named_events(text)
-        assert events[0][0] == "response.created" and events[-1][0] == "response.completed"
+        # Cut at max_output_tokens, a response ends `incomplete`, as OpenAI's do.
+        assert events[0][0] == "response.created" and events[-1][0] in ("response.completed", "response.incomplete")
         assert [payload["sequence_number"] for _, payload in events] == list(range(len(events)))
         done = events[-1][1]["response"]
         assert done["status"] in ("completed", "incomplete") and done["usage"]["input_tokens"] > 5000

@@ -135,7 +135,8 @@ def test_claude_codes_turns_stream_with_three_of_their_tools(engine: Server) -> 
 
 def test_max_tokens_over_the_context_is_refused_with_the_numbers_claude_code_reads(engine: Server) -> None:
     """Claude Code asks for `max_tokens: 32000` and, told the sum is over the limit, asks again for less."""
-    client = anthropic.Anthropic(base_url=engine.base_url, api_key="none", max_retries=0)
+    # A timeout of its own: without one the SDK refuses to wait for what 32000 tokens could take.
+    client = anthropic.Anthropic(base_url=engine.base_url, api_key="none", max_retries=0, timeout=300)
     ask = [{"role": "user", "content": "Say hi."}]
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model=CLAUDE_MODEL, max_tokens=32000, messages=ask)  # type: ignore[arg-type]

@@ -249,7 +249,8 @@ def test_anthropic_clients_list_the_models_in_anthropics_shape(deployment: Deplo
     listed = deployment.client().models.list()
     assert CHAT_MODEL in [model.id for model in listed.data]
     assert all(model.type == "model" and model.created_at.year >= 1970 for model in listed.data)
-    openai_shape = httpx.get(f"{deployment.server.base_url}/v1/models", headers={"x-api-key": deployment.keys["plain"]})
+    bearer = {"Authorization": f"Bearer {deployment.keys['plain']}"}
+    openai_shape = httpx.get(f"{deployment.server.base_url}/v1/models", headers=bearer)
     assert openai_shape.json()["object"] == "list"
 
 

@@ -3,6 +3,8 @@
 Each stream event is a dict whose `type` is also its SSE `event:` name (see `sse.py`). The input token counts
 are known only once the backend reports usage, so `message_start` carries zeros ("usage so far") and
 `message_delta` the final counts, which is how Anthropic's own stream and SDK treat them (totals overwrite).
+A node's reasoning (`reasoning_content`, or `reasoning` in newer vLLM) becomes a `thinking` block; its
+`signature` is empty, since no one here signs thinking.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenrelay.api.collect import Chunk, Collected, chunk_batches
-from tokenrelay.backends.base import Event, Events, Finish, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.base import DeltaFields, Event, Events, Finish, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError
 
 # Chat finish reasons → Anthropic stop reasons; "stop" depends on whether a stop sequence matched.
@@ -24,6 +26,15 @@ STOP_REASONS = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+
+
+# The fields in which OpenAI-compatible servers stream a reasoning model's thinking.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def reasoning_text(fields: dict[str, Any]) -> str:
+    """The reasoning in a delta's fields (a server that sends both names sends the same text in each)."""
+    return next((value for name in REASONING_FIELDS if isinstance(value := fields.get(name), str)), "")
 
 
 @dataclass(slots=True)
@@ -70,6 +81,8 @@ def tool_input(arguments: str) -> dict[str, Any]:
 def message_body(meta: MessageMeta, collected: Collected) -> dict[str, Any]:
     state = collected.choice(0)
     content: list[dict[str, Any]] = []
+    if thinking := reasoning_text(state.extras):
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     text = "".join(state.text)
     if text:
         content.append({"type": "text", "text": text})
@@ -117,6 +130,9 @@ class MessageStreamer:
             return self._text([event.text]) if event.text else []
         if isinstance(event, ToolCallDelta):
             return self._tool(event)
+        if isinstance(event, DeltaFields):
+            thinking = reasoning_text(event.fields)
+            return self._thinking(thinking) if thinking else []
         if isinstance(event, Finish):
             self.finish, self.stop_sequence = event.reason, event.stop_sequence
         elif isinstance(event, Usage):
@@ -140,6 +156,12 @@ class MessageStreamer:
         ]
         return out
 
+    def _thinking(self, text: str) -> list[Chunk]:
+        block = {"type": "thinking", "thinking": "", "signature": ""}
+        out = self._open("thinking", block) if self.block != "thinking" else []
+        delta = {"type": "thinking_delta", "thinking": text}
+        return [*out, {"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}]
+
     def _tool(self, event: ToolCallDelta) -> list[Chunk]:
         out: list[Chunk] = []
         if self.block != "tool_use" or self.call != event.call_index:  # a call's first delta has its id and name
@@ -161,8 +183,15 @@ class MessageStreamer:
     def _close(self) -> list[Chunk]:
         if self.block is None:
             return []
+        index, signed = self.blocks - 1, self.block == "thinking"
         self.block = None
-        return [{"type": "content_block_stop", "index": self.blocks - 1}]
+        # A thinking block ends with its signature, as Anthropic's do (empty: nothing here signs it).
+        signature = {
+            "type": "content_block_delta",
+            "index": index,
+            "delta": {"type": "signature_delta", "signature": ""},
+        }
+        return [*([signature] if signed else []), {"type": "content_block_stop", "index": index}]
 
     async def chunks(self, batches: AsyncIterator[Events]) -> AsyncIterator[list[Chunk]]:
         """The stream's events, per backend batch that shows; closing this closes `batches`.

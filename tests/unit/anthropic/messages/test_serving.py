@@ -11,7 +11,17 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from tokenrelay.backends.base import Event, Events, Finish, PromptCount, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.base import (
+    DeltaFields,
+    Event,
+    Events,
+    Finish,
+    PromptCount,
+    TextDelta,
+    TextRun,
+    ToolCallDelta,
+    Usage,
+)
 from tokenrelay.calls.record import Call
 from tokenrelay.config import Settings
 from tokenrelay.errors import APIError, AuthenticationError, ModelNotFound, Overloaded
@@ -190,6 +200,26 @@ def test_a_stream_of_text_then_a_tool_call(tmp_path: Path) -> None:
         "cache_read_input_tokens": 2,
         "output_tokens": 5,
     }
+
+
+def test_a_nodes_reasoning_is_a_thinking_block_before_the_answer(tmp_path: Path) -> None:
+    script = [
+        DeltaFields(0, {"reasoning_content": "The user "}),
+        DeltaFields(0, {"reasoning_content": "says hi.", "reasoning": "says hi."}),
+        TextDelta(0, "Hello"),
+        Finish(0, "stop"),
+        Usage(prompt_tokens=3, completion_tokens=6),
+    ]
+    client, _ = serve(tmp_path, script)
+    events = sse_events(client.post("/v1/messages", json=BODY | {"stream": True}))
+    blocks = [e["content_block"] for name, e in events if name == "content_block_start"]
+    assert blocks == [{"type": "thinking", "thinking": "", "signature": ""}, {"type": "text", "text": ""}]
+    deltas = [e["delta"] for name, e in events if name == "content_block_delta" and e["index"] == 0]
+    assert [d.get("thinking") for d in deltas if d["type"] == "thinking_delta"] == ["The user ", "says hi."]
+    assert deltas[-1] == {"type": "signature_delta", "signature": ""}
+    whole = serve(tmp_path, script)[0].post("/v1/messages", json=BODY).json()
+    assert whole["content"][0] == {"type": "thinking", "thinking": "The user says hi.", "signature": ""}
+    assert whole["content"][1] == {"type": "text", "text": "Hello"}
 
 
 def test_an_error_before_the_first_byte_is_a_plain_http_error(tmp_path: Path) -> None:

@@ -22,6 +22,13 @@ from tokenrelay.backends.base import (
 
 # One stream chunk's body, before it is encoded and framed.
 Chunk = dict[str, Any]
+# The fields in which OpenAI-compatible servers stream a reasoning model's thinking (`DeltaFields`).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def reasoning_text(fields: dict[str, Any]) -> str:
+    """The reasoning in a delta's fields (a server that sends both names sends the same text in each)."""
+    return next((value for name in REASONING_FIELDS if isinstance(value := fields.get(name), str)), "")
 
 
 @dataclass(slots=True)

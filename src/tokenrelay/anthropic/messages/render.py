@@ -15,7 +15,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from tokenrelay.api.collect import Chunk, Collected, chunk_batches
+from tokenrelay.api.collect import Chunk, Collected, chunk_batches, reasoning_text
 from tokenrelay.backends.base import DeltaFields, Event, Events, Finish, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError
 
@@ -26,15 +26,6 @@ STOP_REASONS = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
-
-
-# The fields in which OpenAI-compatible servers stream a reasoning model's thinking.
-REASONING_FIELDS = ("reasoning_content", "reasoning")
-
-
-def reasoning_text(fields: dict[str, Any]) -> str:
-    """The reasoning in a delta's fields (a server that sends both names sends the same text in each)."""
-    return next((value for name in REASONING_FIELDS if isinstance(value := fields.get(name), str)), "")
 
 
 @dataclass(slots=True)

@@ -106,6 +106,18 @@ class FunctionCallOutputItem(ItemModel):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
+class ReasoningItem(ItemModel):
+    """Reasoning an earlier answer gave, sent back with the conversation (as Codex does): kept in the stored
+    input, not shown to the model again."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[dict[str, Any]] = Field(default_factory=list)
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
 def _item_type(value: Any) -> str:
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", "message")
     return kind if isinstance(kind, str) else "message"
@@ -114,7 +126,8 @@ def _item_type(value: Any) -> str:
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_item_type),
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tokenrelay.api.collect import Collected
+from tokenrelay.api.collect import Collected, reasoning_text
 from tokenrelay.backends.base import Usage
 from tokenrelay.errors import APIError
 from tokenrelay.openai.responses.ids import new_id
@@ -121,14 +121,23 @@ def function_call_item(
     return item | ({"namespace": namespace} if namespace is not None else {}) | {"status": status}
 
 
+def reasoning_item(item_id: str, status: str, text: str) -> Item:
+    """A node's reasoning, as OpenAI's open-weight models give theirs: the text itself, no summary."""
+    content = [{"type": "reasoning_text", "text": text}]
+    return {"id": item_id, "type": "reasoning", "summary": [], "content": content, "status": status}
+
+
 def collected_response(head: ResponseHead, collected: Collected) -> dict[str, Any]:
-    """The whole response for a non-streamed request: the answer's text as a message, then its calls."""
+    """The whole response for a non-streamed request: the reasoning if any, the answer's text as a message, then
+    its calls."""
     choice = collected.choice(0)
     status, incomplete = outcome(choice.finish_reason)
     item_status = "incomplete" if incomplete else "completed"
     text = "".join(choice.text)
     calls = [choice.tool_calls[i] for i in sorted(choice.tool_calls)]
     output: list[Item] = []
+    if thinking := reasoning_text(choice.extras):
+        output.append(reasoning_item(new_id("rs"), item_status, thinking))
     if text or not calls:
         output.append(message_item(new_id("msg"), item_status, [text_part(text)]))
     for call in calls:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenrelay.backends.base import Event, Finish, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.api.collect import reasoning_text
+from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, TextRun, ToolCallDelta, Usage
 from tokenrelay.errors import APIError
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.render import (
@@ -20,6 +21,7 @@ from tokenrelay.openai.responses.render import (
     function_call_item,
     message_item,
     outcome,
+    reasoning_item,
     response_object,
     text_part,
 )
@@ -72,6 +74,8 @@ class ResponseStream:
             return self._texts([event.text])
         if isinstance(event, ToolCallDelta) and event.index == 0:
             return self._tool_call(event)
+        if isinstance(event, DeltaFields) and event.index == 0 and (thinking := reasoning_text(event.fields)):
+            return self._reasoning(thinking)
         if isinstance(event, Finish) and event.index == 0:
             self.finish_reason = event.reason
         elif isinstance(event, Usage):
@@ -90,6 +94,16 @@ class ResponseStream:
         for text in texts:
             self.open.pieces.append(text)
             out.append(self.payload("response.output_text.delta", **where, delta=text, logprobs=[]))
+        return out
+
+    def _reasoning(self, text: str) -> list[Payload]:
+        out = self.opening()
+        if self.open is None or self.open.item["type"] != "reasoning":
+            out += self._close()
+            out += self._open(reasoning_item(new_id("rs"), "in_progress", "") | {"content": []})
+        assert self.open is not None
+        self.open.pieces.append(text)
+        out.append(self.payload("response.reasoning_text.delta", **self._where(content_index=0), delta=text))
         return out
 
     def _tool_call(self, event: ToolCallDelta) -> list[Payload]:
@@ -121,7 +135,10 @@ class ResponseStream:
             return []
         joined = "".join(current.pieces)
         where = {"item_id": current.item["id"], "output_index": current.index}
-        if current.item["type"] == "message":
+        if current.item["type"] == "reasoning":
+            item = reasoning_item(current.item["id"], status, joined)
+            out = [self.payload("response.reasoning_text.done", **where, content_index=0, text=joined)]
+        elif current.item["type"] == "message":
             part = text_part(joined)
             item = message_item(current.item["id"], status, [part])
             out = [

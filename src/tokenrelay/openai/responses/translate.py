@@ -18,6 +18,7 @@ from tokenrelay.openai.responses.protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
+    ReasoningItem,
     ResponsesRequest,
     TextFormatJsonObject,
     TextFormatJsonSchema,
@@ -25,7 +26,7 @@ from tokenrelay.openai.responses.protocol import (
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 Item = dict[str, Any]
-ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 # Input → stored items ------------------------------------------------------------------------------
@@ -36,7 +37,7 @@ def input_items(body: ResponsesRequest) -> list[Item]:
     return [_item(item) for item in body.input]
 
 
-def _item(item: MessageItem | FunctionCallItem | FunctionCallOutputItem) -> Item:
+def _item(item: MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem) -> Item:
     if isinstance(item, MessageItem):
         content = item.content
         if isinstance(content, str):
@@ -147,6 +148,8 @@ def _messages(body: ResponsesRequest, conversation: Conversation) -> tuple[list[
     made: set[str] = set()
     for position, item in enumerate(conversation.kept):
         where = conversation.origin(position)
+        if item["type"] == "reasoning":
+            continue  # the model's own earlier thinking: chat has no place for it
         if item["type"] == "function_call":
             made.add(item["call_id"])
             call = {"id": item["call_id"], "type": "function", "function": _call(body, item)}

@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 
 from tokenrelay.api.collect import Collected
-from tokenrelay.backends.base import Event, Events, Finish, Served, TextDelta, TextRun, ToolCallDelta, Usage
+from tokenrelay.backends.base import (
+    DeltaFields,
+    Event,
+    Events,
+    Finish,
+    Served,
+    TextDelta,
+    TextRun,
+    ToolCallDelta,
+    Usage,
+)
 from tokenrelay.errors import APIError, InvalidRequest
 from tokenrelay.openai.responses.render import ResponseHead, collected_response
 from tokenrelay.openai.responses.serving import parse, stream_payloads
@@ -129,3 +139,36 @@ def test_the_collected_answer_is_what_the_stream_assembles() -> None:
     strip = [{k: v for k, v in item.items() if k != "id"} for item in whole["output"]]
     assert strip == [{k: v for k, v in item.items() if k != "id"} for item in streamed["output"]]
     assert whole["usage"] == streamed["usage"] and whole["status"] == streamed["status"] == "completed"
+
+
+def test_a_nodes_reasoning_is_a_reasoning_item_before_the_answer() -> None:
+    events = [
+        DeltaFields(0, {"reasoning_content": "Think"}),
+        DeltaFields(0, {"reasoning_content": "ing."}),
+        TextDelta(0, "Hi"),
+        Finish(0, "stop"),
+        Usage(5, 3),
+    ]
+    payloads, [saved] = run(events)
+    kinds = [p["type"] for p in payloads]
+    assert kinds[2:6] == [
+        "response.output_item.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+    ]
+    reasoning, message = saved["output"]
+    assert reasoning["type"] == "reasoning" and reasoning["content"] == [
+        {"type": "reasoning_text", "text": "Thinking."}
+    ]
+    assert message["type"] == "message" and message["content"][0]["text"] == "Hi"
+    collected = Collected()
+    for event in events:
+        collected.add(event)
+    assert collected_response(head(), collected)["output"][0]["content"] == reasoning["content"]
+
+
+def test_reasoning_sent_back_in_the_input_is_kept_and_not_shown_to_the_model() -> None:
+    reasoning = {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]}
+    body = parse(json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}, reasoning]}).encode())
+    assert [item.type for item in body.input] == ["message", "reasoning"]  # type: ignore[union-attr]

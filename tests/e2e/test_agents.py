@@ -91,7 +91,7 @@ def test_codex_turns_stream_to_their_end(via: str, request: pytest.FixtureReques
         done = events[-1][1]["response"]
         assert done["status"] in ("completed", "incomplete") and done["usage"]["input_tokens"] > 5000
         # Its hints and the hosted web search tool are accepted, and named; nothing else is.
-        assert ignored(response) == {"client_metadata", "include", "prompt_cache_key", "reasoning", "tools.8"}
+        assert ignored(response) == {"client_metadata", "include", "reasoning", "tools.8"}
         sent = {tool.get("name") for tool in record["body"]["tools"]}
         namespaces = {tool["name"]: tool for tool in record["body"]["tools"] if tool["type"] == "namespace"}
         for item in done["output"]:

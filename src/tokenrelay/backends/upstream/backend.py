@@ -35,8 +35,7 @@ from tokenrelay.backends.upstream.attempt_spans import attempt_span, end_attempt
 from tokenrelay.backends.upstream.failures import NodeFailure, broken_stream, exhausted
 from tokenrelay.backends.upstream.http1 import Pool
 from tokenrelay.backends.upstream.members import EmbeddedMember, Member, Node, Request
-from tokenrelay.backends.upstream.metering import prompt_text
-from tokenrelay.backends.upstream.router import choose, prefix_key
+from tokenrelay.backends.upstream.router import affinity_key, choose
 from tokenrelay.backends.upstream.transport import TransportFactory
 from tokenrelay.config import RoutingSettings, UpstreamSettings
 from tokenrelay.errors import APIError, Overloaded, UpstreamError
@@ -243,8 +242,7 @@ class RoutedBackend:
     ) -> AsyncIterator[Events]:
         """The answer of the first of `candidates` (asked again at each attempt, as nodes come and go) that
         begins one; `answer` asks a member for its events."""
-        affinity = self.routing.affinity
-        key = prefix_key(prompt_text(request), affinity) if affinity.enabled else None
+        key = affinity_key(request, self.routing.affinity)
         failures: list[NodeFailure] = []
         for number, member in enumerate(self._attempts(candidates, key)):
             # One member's answer, inline rather than a generator of its own (one layer less for every event):

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
+from tokenrelay.backends.upstream.metering import prompt_text
 from tokenrelay.config import PrefixAffinity
+from tokenrelay.protocol.common import GenerationRequest
 
 
 @dataclass
@@ -72,11 +74,23 @@ def rendezvous_score(key: int, member: Routable) -> float:
     return -member.weight / math.log(unit)
 
 
+def affinity_key(request: GenerationRequest, affinity: PrefixAffinity) -> int | None:
+    """The key that keeps related requests on one node: the client's own `prompt_cache_key` (OpenAI's hint for
+    exactly this), else, with prefix affinity on, the prompt's first `prefix_chars` characters."""
+    hint = (request.model_extra or {}).get("prompt_cache_key")
+    if isinstance(hint, str) and hint:
+        return _hashed(hint)
+    return prefix_key(prompt_text(request), affinity) if affinity.enabled else None
+
+
 def prefix_key(prompt: str, affinity: PrefixAffinity) -> int | None:
     if not affinity.enabled or len(prompt) < affinity.prefix_chars:
         return None
-    digest = hashlib.blake2b(prompt[: affinity.prefix_chars].encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+    return _hashed(prompt[: affinity.prefix_chars])
+
+
+def _hashed(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
 def _saturated(member: Routable) -> bool:

@@ -260,7 +260,8 @@ class ResponsesRequest(WireModel):
 
     def ignored(self) -> list[str]:
         """The fields sent that are accepted without effect, as paths into the body."""
-        names = [name for name in (self.model_extra or {}) if name not in REFUSED]
+        served = (*REFUSED, "prompt_cache_key")  # the cache key keeps a conversation on one node (`chat_request`)
+        names = [name for name in (self.model_extra or {}) if name not in served]
         names += [f"tools.{i}" for i, tool in enumerate(self.tools or []) if isinstance(tool, HostedTool)]
         if self.text is not None and self.text.verbosity is not None:
             names.append("text.verbosity")

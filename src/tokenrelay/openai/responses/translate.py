@@ -105,6 +105,9 @@ def chat_request(body: ResponsesRequest, conversation: Conversation) -> ChatComp
         "parallel_tool_calls": body.parallel_tool_calls,
     }
     chat.update({name: value for name, value in simple.items() if value is not None})
+    cache_key = (body.model_extra or {}).get("prompt_cache_key")
+    if isinstance(cache_key, str):  # routes the conversation's turns to one node, whose cache holds it
+        chat["prompt_cache_key"] = cache_key
     functions = body.functions()
     if functions:
         chat["tools"] = [

@@ -6,8 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tokenrelay.backends.upstream.health import Breaker, ProbeHealth
-from tokenrelay.backends.upstream.router import Load, choose, prefix_key
+from tokenrelay.backends.upstream.router import Load, affinity_key, choose, prefix_key
 from tokenrelay.config import PrefixAffinity
+from tokenrelay.protocol.chat import ChatCompletionRequest
 
 AFFINITY = PrefixAffinity(enabled=True, prefix_chars=64, max_load_gap=2)
 OFF = PrefixAffinity()
@@ -107,3 +108,20 @@ def test_affinity_survives_removing_another_member() -> None:
     gone = "c"
     after = {k: choose([m for m in members if m.name != gone], set(), k, AFFINITY).name for k in keys}
     assert all(after[k] == before[k] for k in keys if before[k] != gone)
+
+
+def test_a_prompt_cache_key_keeps_a_conversation_on_one_member_whatever_its_prompt() -> None:
+    """OpenAI's `prompt_cache_key` (Codex sends its session id): the turns of one session share a node's cache."""
+    members = [Fake(name) for name in "abcd"]
+
+    def chat(key: str | None, text: str) -> ChatCompletionRequest:
+        hint = {"prompt_cache_key": key} if key is not None else {}
+        return ChatCompletionRequest.model_validate(
+            {"model": "m", "messages": [{"role": "user", "content": text}], **hint}
+        )
+
+    session = {affinity_key(chat("session-1", f"turn {i}"), OFF) for i in range(10)}
+    assert len(session) == 1 and None not in session
+    chosen = {choose(members, set(), affinity_key(chat(f"session-{i}", "same"), OFF), OFF).name for i in range(40)}
+    assert chosen == {"a", "b", "c", "d"}
+    assert affinity_key(chat(None, "x" * 5000), OFF) is None

@@ -118,7 +118,7 @@ def test_what_cannot_be_served_is_a_400_naming_it(fields: dict[str, Any], param:
         ({"tools": [{"type": "web_search"}]}, ["tools.0"]),
         ({"tools": [{"type": "function", "name": "f"}, {"type": "mcp", "server_label": "x"}]}, ["tools.1"]),
         ({"reasoning": {"effort": "low"}}, ["reasoning"]),
-        ({"include": ["reasoning.encrypted_content"], "prompt_cache_key": "k"}, ["include", "prompt_cache_key"]),
+        ({"include": ["reasoning.encrypted_content"], "prompt_cache_key": "k"}, ["include"]),
         ({"client_metadata": {"a": "b"}, "colour": "red"}, ["client_metadata", "colour"]),
         ({"text": {"verbosity": "low"}}, ["text.verbosity"]),
     ],

@@ -268,15 +268,6 @@ BAD_REQUESTS = [
         "tools.0.function.parameters",
         "not a valid JSON Schema",
     ),
-    (
-        {
-            "tools": [
-                {"type": "function", "function": {"name": "f", "parameters": {"type": "array", "uniqueItems": True}}}
-            ]
-        },
-        "tools.0.function.parameters",
-        "uniqueItems",
-    ),
 ]
 
 
@@ -286,6 +277,22 @@ def test_bad_tool_requests_are_400(client: OpenAI, change: dict[str, Any], param
         client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, **change)
     assert info.value.body["param"] == param
     assert named_in_message in info.value.message
+
+
+def test_a_tool_schema_keyword_the_decoder_cannot_enforce_is_no_refusal(client: OpenAI) -> None:
+    """Agents' tool schemas use keywords such as `uniqueItems` or `propertyNames`: the call follows the rest."""
+    tags = {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3, "uniqueItems": True}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "tag",
+            "parameters": {"type": "object", "properties": {"tags": tags}, "required": ["tags"]},
+        },
+    }
+    reply = create(client, messages=user("Tag this: red apple."), tools=[tool], tool_choice="required", temperature=0)
+    [call] = reply.choices[0].message.tool_calls[:1]
+    arguments = json.loads(call.function.arguments)
+    assert isinstance(arguments["tags"], list) and len(arguments["tags"]) <= 3
 
 
 def test_auto_with_a_response_format_answers_in_that_format_or_calls(client: OpenAI) -> None:

@@ -18,6 +18,8 @@ compares a value only with constants) or with the clock:
 - a last message that is continued (a Messages prefill, chat's `continue_final_message`) is an assistant's with
   text only: a property of the array's last item, which `items` cannot single out;
 - a key's `expires` is in the future, a usage window's `since`/`until` fit the bucket: judged against the clock;
+- a Responses input of reasoning items alone (which the model is not shown) comes with `instructions`: an array
+  judged by the kinds of all its items;
 - a node URL's IPv6 literal is an IPv6 address: the document gives the URL's shape, the standard library the
   address forms RFC 3986 allows (a pattern for all of them would be a page long).
 Every other rule must be in the document itself.
@@ -146,7 +148,7 @@ def _body_fits(path: str, body: dict[str, Any]) -> bool:
     if path in ("/v1/messages", "/v1/messages/count_tokens"):
         return _tool_choice_listed(body) and _prefill_is_text(body) and _results_answer_uses(body)
     if path == "/v1/responses":
-        return _tool_choice_listed(body) and _outputs_answer_calls(body)
+        return _tool_choice_listed(body) and _outputs_answer_calls(body) and _something_to_answer(body)
     if path == "/v1/completions":
         return _best_of_fits(body)
     if path == "/admin/keys" and isinstance(body.get("expires"), str):
@@ -163,6 +165,15 @@ def _window_fits(query: dict[str, Any]) -> bool:
     except (ValueError, OverflowError, KeyError, AttributeError, TypeError):
         return False  # a value of the wrong kind: the negative cases, which the server refuses anyway
     return True
+
+
+def _something_to_answer(body: dict[str, Any]) -> bool:
+    """Reasoning items are not shown to the model: a Responses input of nothing else, without `instructions`,
+    leaves it nothing to answer."""
+    items = body.get("input")
+    if not isinstance(items, list) or isinstance(body.get("instructions"), str):
+        return True
+    return any(not (isinstance(item, dict) and item.get("type") == "reasoning") for item in items)
 
 
 def _names_unique(body: dict[str, Any]) -> bool:

@@ -56,3 +56,11 @@ def test_odd_shapes_are_judged_sensibly() -> None:
     assert filter_case(None, case("/v1/completions", {"model": "m", "prompt": "x", "best_of": "2", "n": 3}))
     assert not filter_case(None, case("/v1/completions", {"model": "m", "logit_bias": {"--5": 1, "99999": 1}}))
     assert map_case(None, case("/v1/messages", {"model": "m", "messages": "hi"})).body["max_tokens"] == MAX_TOKENS
+
+
+def test_a_responses_input_of_reasoning_alone_is_kept_only_with_instructions() -> None:
+    reasoning = {"type": "reasoning", "summary": []}
+    message = {"role": "user", "content": "x"}
+    assert not filter_case(None, case("/v1/responses", {"model": "m", "input": [reasoning]}))
+    assert filter_case(None, case("/v1/responses", {"model": "m", "input": [reasoning], "instructions": "Hi."}))
+    assert filter_case(None, case("/v1/responses", {"model": "m", "input": [reasoning, message]}))

@@ -26,7 +26,8 @@ PREFIX = "/v1/messages"
 
 def anthropic_id_headers(request_id: str) -> list[tuple[bytes, bytes]]:
     """Every path's `x-request-id`, and `request-id`, which Anthropic's clients read (and put in their errors)."""
-    return [id_header(request_id), (b"request-id", id_header(request_id)[1])]
+    name, value = id_header(request_id)
+    return [(name, value), (b"request-id", value)]
 
 
 DIALECT = Dialect(key=scope_api_key, error=error_response, id_headers=anthropic_id_headers)

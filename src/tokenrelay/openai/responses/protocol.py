@@ -9,6 +9,7 @@ header and the request log line carry.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
@@ -232,6 +233,7 @@ class ResponsesRequest(WireModel):
     stream: bool | None = None
     previous_response_id: str | None = None
 
+    @cached_property  # asked for every call the model makes and every call sent back: built once
     def functions(self) -> dict[str, tuple[FunctionTool, str | None]]:
         """The functions the model is shown, by the name it calls them with, each with its namespace: a
         namespace's function keeps its own name unless another tool has it (then `namespace__name`)."""
@@ -248,14 +250,14 @@ class ResponsesRequest(WireModel):
 
     def called(self, shown: str) -> tuple[str, str | None]:
         """A called function's own name and namespace, from the name the model called it by."""
-        tool, namespace = self.functions().get(shown, (None, None))
+        tool, namespace = self.functions.get(shown, (None, None))
         return (tool.name if tool is not None else shown), namespace
 
     def shown_name(self, name: str, namespace: str | None) -> str:
         """The name the model knows a (namespaced) function by, for a call sent back in the input."""
         if namespace is None:
             return name
-        found = [shown for shown, (tool, space) in self.functions().items() if (tool.name, space) == (name, namespace)]
+        found = [shown for shown, (tool, space) in self.functions.items() if (tool.name, space) == (name, namespace)]
         return found[0] if found else name
 
     def ignored(self) -> list[str]:
@@ -299,7 +301,7 @@ class ResponsesRequest(WireModel):
 
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> ResponsesRequest:
-        names = list(self.functions())
+        names = list(self.functions)
         if self.tool_choice == "required" and not names:
             raise InvalidRequest("`tool_choice: required` needs `tools`.", param="tool_choice")
         if isinstance(self.tool_choice, FunctionChoice) and self.tool_choice.name not in names:

@@ -108,7 +108,7 @@ def chat_request(body: ResponsesRequest, conversation: Conversation) -> ChatComp
     cache_key = (body.model_extra or {}).get("prompt_cache_key")
     if isinstance(cache_key, str):  # routes the conversation's turns to one node, whose cache holds it
         chat["prompt_cache_key"] = cache_key
-    functions = body.functions()
+    functions = body.functions
     if functions:
         chat["tools"] = [
             {"type": "function", "function": _function(tool.model_dump()) | {"name": shown}}

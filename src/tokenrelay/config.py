@@ -40,6 +40,18 @@ class EngineSettings(BaseModel):
     # tokens per second on two cores) while `interactive_slots` stay free for requests.
     slots: int = Field(default=20, ge=1, le=256, description="sequences decoded together in one context")
     ctx_per_slot: int = Field(default=1024, ge=64, description="KV cells available to each sequence")
+    # A long slot holds a whole agent conversation (Codex CLI sends ~5.5k tokens, Claude Code ~21k): one by default,
+    # since its cells are allocated at start (about 300 MiB for 32k cells of the default Gemma model).
+    long_slots: int = Field(
+        default=1,
+        ge=0,
+        le=16,
+        description="sequences with the model's whole context (up to max_context), for requests a slot of "
+        "ctx_per_slot cannot hold (0: none)",
+    )
+    max_context: int = Field(
+        default=32768, ge=64, description="KV cells of a long slot: the model's trained context, at most this"
+    )
     prefill_chunk: int = Field(
         default=512, ge=8, le=4096, description="prompt tokens evaluated per step at most (beside the decoding streams)"
     )
@@ -79,12 +91,6 @@ class EngineSettings(BaseModel):
         default=False,
         description="llama.cpp's repacked CPU weight layouts: multi-row kernels that break batch invariance",
     )
-
-    @property
-    def step_prefill(self) -> int:
-        """Prompt tokens one step evaluates at most: `prefill_chunk`, within what the context holds beside one
-        token per slot (llama.cpp refuses a step larger than its context, which a small context can be)."""
-        return min(self.prefill_chunk, self.ctx_per_slot * self.slots - self.slots)
 
 
 _PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"

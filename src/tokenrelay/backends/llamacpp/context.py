@@ -12,21 +12,20 @@ from tokenrelay.config import EngineSettings
 KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
 
 
-def step_capacity(settings: EngineSettings) -> int:
-    return settings.step_prefill + settings.slots
-
-
 class LlamaContext:
-    """One context, `slots` sequences. KV is kept per sequence (not unified) so that a sequence's attention
-    sums run over the same cells whether it decodes alone or beside others: that is what makes greedy
-    output independent of what else is running (see README, "Batch invariance")."""
+    """One context, `sequences` sequences of `cells` KV cells each. KV is kept per sequence (not unified) so that a
+    sequence's attention sums run over its own cells in position order whether it decodes alone or beside others:
+    that is what makes greedy output independent of what else is running (see README, "Batch invariance"). In
+    llama.cpp's unified cache a sequence's cells land wherever others left holes, and attention sums in cell order.
+    """
 
-    def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
+    def __init__(self, model: LlamaModel, settings: EngineSettings, sequences: int, cells: int) -> None:
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = settings.ctx_per_slot * settings.slots
-        params.n_seq_max = settings.slots
-        # A step is one batch: its prompt tokens plus a token per slot, all in one call.
-        params.n_batch = params.n_ubatch = step_capacity(settings)
+        params.n_ctx = cells * sequences
+        params.n_seq_max = sequences
+        # A step is one batch: its prompt tokens plus a token per sequence, all in one call.
+        capacity = min(settings.prefill_chunk, cells * sequences - sequences) + sequences
+        params.n_batch = params.n_ubatch = capacity
         params.n_threads = settings.threads
         params.n_threads_batch = settings.threads
         params.swa_full = True  # sliding-window layers keep every cell, so cached prefixes can be reused
@@ -45,7 +44,8 @@ class LlamaContext:
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ptr)
-        self.batch = Batch(step_capacity(settings))
+        self.step_prefill = capacity - sequences  # prompt tokens one step evaluates at most
+        self.batch = Batch(capacity)
 
     def close(self) -> None:
         self.batch.close()

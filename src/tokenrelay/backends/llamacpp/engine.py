@@ -126,14 +126,13 @@ class LlamaCppBackend:
         self.vocabulary = GrammarVocabulary(model)
         self.model = model
         # Known only once the context exists; admission uses it to bound a request without max_tokens.
-        self.card = replace(self.card, context_length=self.scheduler.context.n_ctx_seq)
+        self.card = replace(self.card, context_length=self.scheduler.n_ctx)
         log.info(
-            "model %s ready: %s, chat template %s, %d slots x %d tokens, weights %s; llama.cpp %s",
+            "model %s ready: %s, chat template %s, slots %s, weights %s; llama.cpp %s",
             self.card.id,
             model.architecture,
             origin,
-            self.engine_settings.slots,
-            self.scheduler.context.n_ctx_seq,
+            " + ".join(f"{len(lane.slots)} x {lane.cells} tokens" for lane in self.scheduler.lanes),
             "repacked" if self.repacked else "not repacked",
             self.cpu["build_features"],
         )
@@ -182,7 +181,8 @@ class LlamaCppBackend:
             "slots": len(self.scheduler.slots),
             "busy_slots": self.scheduler.busy_slots,
             "queue_depth": self.scheduler.queue_depth,
-            "context_per_slot": self.n_ctx,
+            "context_length": self.n_ctx,
+            "lanes": [lane.status() for lane in self.scheduler.lanes],
             "kernel_invariance_probe": self.scheduler.kernels_invariant,
             "cpu": self.cpu,
             "steps": stats.steps,
@@ -227,7 +227,7 @@ class LlamaCppBackend:
 
     @property
     def n_ctx(self) -> int:
-        return self._scheduler.context.n_ctx_seq
+        return self._scheduler.n_ctx
 
     # Requests -----------------------------------------------------------------------------------
     def chat(self, request: ChatCompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
@@ -261,7 +261,7 @@ class LlamaCppBackend:
         self._check(request, len(tokens), max_tokens, "messages")
         top = (request.top_logprobs or 0) if request.logprobs else None
         run = PromptRun(tokens=tokens, first_index=0)
-        events = self._generate(request, ticket, [run], max_tokens, top, request.choices, None, output.grammar)
+        events = self._generate(request, ticket, [run], max_tokens, top, request.choices, None, output.grammar, limit)
         if output.tools is not None:
             events = tool_events(events, output.tools)
         async with aclosing(events):
@@ -280,7 +280,17 @@ class LlamaCppBackend:
             )
         prompt_logprobs = request.logprobs if request.echo and request.logprobs is not None else None
         return one_by_one(
-            self._generate(request, ticket, runs, max_tokens, request.logprobs, request.candidates, prompt_logprobs)
+            self._generate(
+                request,
+                ticket,
+                runs,
+                max_tokens,
+                request.logprobs,
+                request.candidates,
+                prompt_logprobs,
+                None,
+                max_tokens,
+            )
         )
 
     async def embed(self, request: EmbeddingRequest, ticket: Ticket) -> Embeddings:
@@ -335,8 +345,10 @@ class LlamaCppBackend:
         top: int | None,
         best_of: int,
         prompt_logprobs: int | None,
-        grammar: str | None = None,
+        grammar: str | None,
+        limit: int | None,
     ) -> AsyncGenerator[Event, None]:
+        """`limit` is the request's own max_tokens (None: it set none, so a sequence may fill its slot)."""
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
         ranked = best_of > request.choices
@@ -357,6 +369,7 @@ class LlamaCppBackend:
                     prompt_logprobs=prompt_logprobs,
                     echo_from=run.echo_from,
                     background=ticket.background,
+                    max_tokens=limit,
                 )
             )
         finished = False

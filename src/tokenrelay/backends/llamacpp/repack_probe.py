@@ -20,7 +20,7 @@ SINGLE_STEPS = 4
 
 def probe(path: Path) -> None:
     model = LlamaModel(path, repack_weights=True)
-    context = LlamaContext(model, EngineSettings(slots=1, ctx_per_slot=128, prefill_chunk=PROMPT_ROWS, threads=1))
+    context = LlamaContext(model, EngineSettings(prefill_chunk=PROMPT_ROWS, threads=1), sequences=1, cells=128)
     tokens = model.tokenize("The quick brown fox jumps over the lazy dog. " * 4, add_special=True, parse_special=False)
     prefill(context, tokens[:PROMPT_ROWS], 0, PROMPT_ROWS)
     for step in range(SINGLE_STEPS):

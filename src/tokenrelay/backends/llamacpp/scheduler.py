@@ -1,7 +1,8 @@
 """Continuous batching: one thread owns the llama.cpp context and runs steps over all active sequences.
 
-Each step gathers one token from every decoding sequence plus prompt tokens (see `planner`), decodes once,
-then samples each sequence with its own sampler. Jobs join and leave between steps; a job's prompt is
+Each step gathers one token from every decoding sequence plus prompt tokens (see `planner`), decodes once per
+lane (`slots.Lane`: the many short slots, the few long ones), then samples each sequence with its own sampler. A job
+runs in the narrowest lane that holds its prompt and output. Jobs join and leave between steps; a job's prompt is
 evaluated once and its KV copied to the slots of its other choices.
 
 Background jobs (batch lines) come after interactive ones: they take a slot only when no interactive job waits
@@ -28,10 +29,10 @@ from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptSco
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.planner import PrefillNeed, plan_step
 from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, logits_row, scale
-from tokenrelay.backends.llamacpp.slots import EngineStats, Sequence, Slot, common_prefix
+from tokenrelay.backends.llamacpp.slots import EngineStats, Lane, Sequence, Slot, common_prefix
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
 from tokenrelay.config import EngineSettings
-from tokenrelay.errors import Overloaded
+from tokenrelay.errors import InvalidRequest, Overloaded
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +45,14 @@ class Scheduler:
     def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
         self.model = model
         self.settings = settings
-        self.context = LlamaContext(model, settings)
-        self.slots = [Slot(seq_id=i) for i in range(settings.slots)]
+        self.lanes = open_lanes(model, settings)
+        self.slots = [slot for lane in self.lanes for slot in lane.slots]
         self.stats = EngineStats()
         # Guesses (`drafts`) fill a narrow step up to this many rows: one more row of a lone sequence costs a fraction
         # of the step (the weights are read once for all rows), while a wide step already pays for every row it has.
         # A recurrent model's state cannot drop a wrong guess, so its steps carry none.
-        self._draft_rows = 1 if model.recurrent else min(1 + settings.draft_tokens, self.context.batch.capacity)
+        capacity = min(lane.context.batch.capacity for lane in self.lanes)
+        self._draft_rows = 1 if model.recurrent else min(1 + settings.draft_tokens, capacity)
         self.draft_costs = DraftCosts(most_rows=self._draft_rows)
         self.kernels_invariant: bool | None = None  # measured by the scheduler thread before its first step
         self._probed = threading.Event()
@@ -60,7 +62,7 @@ class Scheduler:
         self._queued = 0
         self._serial = 0
         self._lock = threading.Lock()
-        self._background_step = False  # the running decode serves background jobs only: an arrival may abort it
+        self._background_step: LlamaContext | None = None  # decoding for background jobs only: an arrival aborts it
         self._interactive_arrived = False  # an interactive job came since the scheduler last took its inbox
         self._thread = threading.Thread(target=self.run, name=f"llama-scheduler-{model.path.name}", daemon=True)
         self._stopping = False
@@ -75,11 +77,34 @@ class Scheduler:
         self._stopping = True
         self._inbox.put(None)
         self._thread.join(timeout=30)
-        self.context.close()
+        for lane in self.lanes:
+            lane.context.close()
+
+    @property
+    def n_ctx(self) -> int:
+        """The most tokens a request's prompt and output may take: a long slot's cells, else a slot's."""
+        return self.lanes[-1].cells
+
+    def lane_for(self, prompt: int, max_tokens: int | None, sequences: int) -> int | None:
+        """The index of the narrowest lane with a slot per sequence whose slots hold the prompt and `max_tokens`;
+        without max_tokens, one whose slots the prompt fills at most half of (the answer's room), else the widest
+        that holds the prompt. None when no lane can ever run it."""
+        lanes = [i for i, lane in enumerate(self.lanes) if len(lane.slots) >= sequences]
+        if max_tokens is not None:
+            fitting = [i for i in lanes if prompt + max_tokens <= self.lanes[i].cells]
+        else:
+            holding = [i for i in lanes if prompt < self.lanes[i].cells]
+            fitting = [i for i in holding if 2 * prompt <= self.lanes[i].cells] or holding[-1:]
+        return fitting[0] if fitting else None
 
     def submit(self, job: Job) -> None:
         """Queue a job; an interactive one is refused (503) when the queue is full. Background jobs are never
         refused: whoever submits them bounds how many it has in flight."""
+        lane = self.lane_for(len(job.prompt), job.max_tokens, len(job.seqs))
+        if lane is None:  # the engine checked the context, so only the number of sequences can be too many
+            most = len(self.lanes[-1].slots)
+            raise InvalidRequest(f"A prompt this long may have at most {most} choices on this model.", param="n")
+        job.lane = lane
         with self._lock:
             if not job.background and self._queued >= self.settings.queue_size + self.free_slots_hint():
                 raise Overloaded(
@@ -91,8 +116,8 @@ class Scheduler:
             self._inbox.put(job)
             if not job.background:
                 self._interactive_arrived = True
-                if self._background_step:
-                    self.context.abort.set()
+                if self._background_step is not None:
+                    self._background_step.abort.set()
 
     def free_slots_hint(self) -> int:
         return sum(1 for slot in self.slots if slot.free)
@@ -118,9 +143,10 @@ class Scheduler:
         self._abandon_all("The server is shutting down; retry on another replica.")
 
     def _probe(self) -> None:
+        lane = self.lanes[0]  # the kernels are the process's; the lane of many slots can show them side by side
         try:
             self.kernels_invariant = kernels_invariant(
-                self.model, self.context, self.settings.slots, self.settings.step_prefill
+                self.model, lane.context, len(lane.slots), lane.context.step_prefill
             )
         except Exception:  # the probe only informs; serving goes on, reported as not invariant
             log.exception("the batch-invariance probe failed")
@@ -178,46 +204,51 @@ class Scheduler:
             self._queued -= 1
 
     def _admit(self) -> None:
-        while self._waiting:
-            job = self._waiting[0]
-            free = [slot for slot in self.slots if slot.free]
+        """Waiting jobs in arrival order; one that finds no room holds back those after it in its lane only."""
+        full: set[int] = set()
+        for job in list(self._waiting):
+            lane = self.lanes[job.lane]
+            if job.lane in full:
+                continue
+            free = lane.free()
             if len(free) < len(job.seqs):
-                free += self._preempt(len(job.seqs) - len(free))
+                free += self._preempt(lane, len(job.seqs) - len(free))
             if len(free) < len(job.seqs):
-                return
-            self._waiting.popleft()
+                full.add(job.lane)
+                continue
+            self._waiting.remove(job)
             self._dequeued()
             self._place(job, free)
         self._admit_background()
 
     def _admit_background(self) -> None:
-        """Background jobs take the slots interactive ones leave: only while none waits, and leaving
-        `interactive_slots` free (a background job that needs more than that leaves may have every slot, when
-        nothing else runs)."""
-        while self._background and not self._waiting:
-            job = self._background[0]
-            free = [slot for slot in self.slots if slot.free]
-            spare = len(free) - self.settings.interactive_slots
-            if len(job.seqs) > spare and len(free) < len(self.slots):
-                return
-            if len(free) < len(job.seqs):
-                return
-            self._background.popleft()
+        """Background jobs take the slots interactive ones leave: only while none waits, and leaving the lane's
+        `reserve` free (a background job that needs more than that leaves may have every slot, when nothing else
+        runs there)."""
+        full: set[int] = set()
+        for job in list(self._background) if not self._waiting else []:
+            lane = self.lanes[job.lane]
+            free = lane.free()
+            spare = len(free) - lane.reserve
+            if job.lane in full or (len(job.seqs) > spare and len(free) < len(lane.slots)) or len(free) < len(job.seqs):
+                full.add(job.lane)
+                continue
+            self._background.remove(job)
             self._place(job, free)
 
-    def _preempt(self, needed: int) -> list[Slot]:
-        """Free slots held by background jobs for an interactive job that finds too few: the jobs that have
-        generated least go first (the least work lost). Each fails with a 503, which puts its batch line back
+    def _preempt(self, lane: Lane, needed: int) -> list[Slot]:
+        """Free slots of a lane held by background jobs for an interactive job that finds too few: the jobs that
+        have generated least go first (the least work lost). Each fails with a 503, which puts its batch line back
         to run again later; its slots keep their cache, so the rerun's prompt is mostly there already."""
         held: dict[int, Job] = {}
-        for slot in self.slots:
+        for slot in lane.slots:
             if slot.holder is not None and slot.holder.background:
                 held.setdefault(id(slot.holder), slot.holder)
         freed: list[Slot] = []
         for job in sorted(held.values(), key=lambda job: job.completion_tokens):
             if len(freed) >= needed:
                 break
-            for slot in [slot for slot in self.slots if slot.holder is job]:
+            for slot in [slot for slot in lane.slots if slot.holder is job]:
                 self._release(slot)
                 freed.append(slot)
             self._sink(job, JobFailed("Preempted by interactive requests; run it again later.", status=503))
@@ -231,8 +262,8 @@ class Scheduler:
         for slot in (primary, *others):
             slot.last_job = job.serial
             slot.last_interactive = not job.background
-        if not self.context.keep_prefix(primary.seq_id, keep):
-            self.context.clear(primary.seq_id)
+        if not primary.lane.context.keep_prefix(primary.seq_id, keep):
+            primary.lane.context.clear(primary.seq_id)
             keep = 0
         primary.cache = primary.cache[:keep]
         primary.job, primary.pending = job, job.prompt[keep:]
@@ -271,19 +302,24 @@ class Scheduler:
     def _step(self) -> None:
         step_started = time.perf_counter()
         serving = self._served_now()
-        decoding = [s.seq_id for s in serving if s.seq is not None]
-        prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order(serving)]
-        plan = plan_step(decoding, prefilling, self.settings.step_prefill)
-        self.stats.steps += 1
         background = all(s.holder is not None and s.holder.background for s in serving)
-        if not self._pass(plan.decode, plan.prefill, background):
-            return
+        self.stats.steps += 1
+        for lane in self.lanes:
+            mine = [s for s in serving if s.lane is lane]
+            if not mine:
+                continue
+            decoding = [s.seq_id for s in mine if s.seq is not None]
+            prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order(mine)]
+            plan = plan_step(decoding, prefilling, lane.context.step_prefill)
+            self._pass(lane, plan.decode, plan.prefill, background)
         self.stats.step_seconds += time.perf_counter() - step_started
 
-    def _pass(self, decode: list[int], prefill: list[tuple[int, int]], background: bool) -> bool:
-        """One `llama_decode` over the step's sequences, then their sampling (logits rows are only valid until
-        the next decode). A step of `background` jobs only may be aborted: it is then taken back, as if not run."""
-        batch = self.context.batch
+    def _pass(self, lane: Lane, decode: list[int], prefill: list[tuple[int, int]], background: bool) -> None:
+        """One `llama_decode` over a lane's sequences in the step, then their sampling (logits rows are only valid
+        until the next decode). A step of `background` jobs only may be aborted: it is then taken back, as if not
+        run."""
+        context, slots = lane.context, lane.slots
+        batch = context.batch
         batch.clear()
         rows: dict[int, list[int]] = {}  # a decoding sequence's rows: its next token's, then its drafts'
         drafts: dict[int, list[int]] = {}
@@ -292,11 +328,11 @@ class Scheduler:
         width = len(decode) + sum(takes.values())  # the step's rows without guesses
         planned = width  # and with those added so far
         # Only a background step can be aborted, so only its sequences' state is kept to take it back.
-        before = {s: (len(self.slots[s].cache), self.slots[s].pending) for s in [*decode, *takes]} if background else {}
+        before = {s: (len(slots[s].cache), slots[s].pending) for s in [*decode, *takes]} if background else {}
         # In sequence id order: llama.cpp computes a run of consecutive sequence ids in one pass, and starts a
         # new pass (another read of the weights) wherever the next token's id does not follow.
         for seq_id in sorted([*decode, *takes]):
-            slot = self.slots[seq_id]
+            slot = slots[seq_id]
             if seq_id in takes:
                 chunks.append(self._add_prompt_chunk(slot, takes[seq_id]))
             else:
@@ -309,24 +345,23 @@ class Scheduler:
                 # A draft's cells are written but it joins the cache only once the sampler draws it.
                 rows[seq_id] += [batch.add(t, len(slot.cache) + i, seq_id, True) for i, t in enumerate(drafts[seq_id])]
         if batch.size == 0:
-            return True
+            return
         decode_started = time.perf_counter()
-        status = self._decode(background)
+        status = self._decode(context, background)
         decode_seconds = time.perf_counter() - decode_started
         self.stats.decode_seconds += decode_seconds
         if status == _ABORTED:
-            self._take_back(before)
-            return True
+            self._take_back(lane, before)
+            return
         if status != 0:
-            self._fail_batch()
-            return False
+            self._fail_batch(lane)
+            return
         self.stats.prompt_tokens_evaluated += sum(takes.values())
         self.draft_costs.observe(batch.size, decode_seconds)
         for seq_id, seq_rows in rows.items():
-            self._sample_run(self.slots[seq_id], seq_rows, drafts[seq_id])
+            self._sample_run(slots[seq_id], seq_rows, drafts[seq_id])
         for slot, first_row, start in chunks:
             self._after_prefill_chunk(slot, first_row, start)
-        return True
 
     def _draft(self, slot: Slot, width: int, rows: int) -> list[int]:
         """Guesses of the tokens after the sequence's next one (`drafts`), within the step's room for them and the
@@ -334,7 +369,7 @@ class Scheduler:
         guesses and `rows` so far."""
         seq = slot.decoding
         room = self._draft_rows - rows
-        limit = min(room, seq.plan.max_tokens - seq.generated - 1, self.context.n_ctx_seq - len(slot.cache))
+        limit = min(room, seq.plan.max_tokens - seq.generated - 1, slot.lane.cells - len(slot.cache))
         drafted = lookup_draft(slot.cache, limit)
         drafted = drafted[: self.draft_costs.worth(seq.odds.rate, width, rows, len(drafted))]
         self.stats.drafted_tokens += len(drafted)
@@ -346,7 +381,7 @@ class Scheduler:
         rest are dropped. The draws are those single steps would have made (see `drafts`)."""
         seq, right = slot.decoding, 0
         for row, draft in zip(rows, [*drafts, None], strict=True):
-            draw = seq.sampler.sample(self.context.ptr, row)
+            draw = seq.sampler.sample(slot.lane.context.ptr, row)
             self._take(slot, draw)
             if slot.seq is None or draft is None or draw.token != draft:
                 break
@@ -356,30 +391,30 @@ class Scheduler:
             self.stats.accepted_drafts += right
             seq.odds.right += right
             seq.odds.checked += min(len(drafts), right + 1)  # the right ones and the first wrong one, if any
-            self.context.keep_prefix(slot.seq_id, len(slot.cache))
+            slot.lane.context.keep_prefix(slot.seq_id, len(slot.cache))
 
-    def _decode(self, background: bool) -> int:
-        """The step's decode; an interactive arrival aborts a `background` one (`submit`), also one that came
+    def _decode(self, context: LlamaContext, background: bool) -> int:
+        """A lane's decode; an interactive arrival aborts a `background` one (`submit`), also one that came
         while the step was being planned."""
         with self._lock:
-            self._background_step = background
+            self._background_step = context if background else None
             if background and self._interactive_arrived:
-                self.context.abort.set()
+                context.abort.set()
             else:
-                self.context.abort.clear()
+                context.abort.clear()
         try:
-            return self.context.decode()
+            return context.decode()
         finally:
             with self._lock:
-                self._background_step = False
+                self._background_step = None
 
-    def _take_back(self, before: dict[int, tuple[int, list[int]]]) -> None:
+    def _take_back(self, lane: Lane, before: dict[int, tuple[int, list[int]]]) -> None:
         """An aborted step, undone: each sequence's cells, cached tokens and pending prompt as before it. llama.cpp
         removed the cells of the part it was computing, not of parts of the step it had finished."""
         self.stats.aborted_steps += 1
         for seq_id, (length, pending) in before.items():
-            slot = self.slots[seq_id]
-            self.context.keep_prefix(seq_id, length)
+            slot = lane.slots[seq_id]
+            lane.context.keep_prefix(seq_id, length)
             del slot.cache[length:]
             slot.pending = pending
 
@@ -396,7 +431,7 @@ class Scheduler:
 
     def _add_prompt_chunk(self, slot: Slot, take: int) -> tuple[Slot, int, int]:
         job = slot.prefilling
-        batch = self.context.batch
+        batch = slot.lane.context.batch
         start = len(slot.cache)
         all_logits = job.prompt_logprobs is not None
         first_row = batch.size
@@ -411,7 +446,7 @@ class Scheduler:
         job = slot.prefilling
         end = len(slot.cache)
         if job.prompt_logprobs is not None:
-            self._score_prompt(job, job.prompt_logprobs, first_row, start, end)
+            self._score_prompt(slot.lane.context, job, job.prompt_logprobs, first_row, start, end)
         if slot.pending:
             return
         last_row = first_row + (end - start) - 1
@@ -419,7 +454,7 @@ class Scheduler:
             self._sink(job, PromptScored(job.scored))
         self._start_sequences(slot, last_row)
 
-    def _score_prompt(self, job: Job, top: int, first_row: int, start: int, end: int) -> None:
+    def _score_prompt(self, context: LlamaContext, job: Job, top: int, first_row: int, start: int, end: int) -> None:
         """Logprob of prompt token p+1 from the logits at position p, for every position in the chunk, with the
         `top` likeliest alternatives."""
         if start == 0:
@@ -432,7 +467,7 @@ class Scheduler:
                 job.scored.append(self._entry(job.prompt[pos], None, []))
             if pos + 1 >= len(job.prompt):
                 continue
-            row = logits_row(self.context.ptr, first_row + offset, n_vocab)
+            row = logits_row(context.ptr, first_row + offset, n_vocab)
             scaled = scale(row, 1.0)
             token = job.prompt[pos + 1]
             job.scored.append(self._entry(token, scaled.logprob(token), scaled.top(top)))
@@ -440,15 +475,16 @@ class Scheduler:
     def _start_sequences(self, primary: Slot, row: int) -> None:
         job = primary.prefilling
         job.prompt_done_ns = time.time_ns()
-        secondaries = [s for s in self.slots if s.primary is primary]
+        context = primary.lane.context
+        secondaries = [s for s in primary.lane.slots if s.primary is primary]
         shared = None
         if secondaries:
-            shared = logits_row(self.context.ptr, row, self.model.n_vocab).copy()
+            shared = logits_row(context.ptr, row, self.model.n_vocab).copy()
         for plan, slot in zip(job.seqs, [primary, *secondaries], strict=True):
             if slot is not primary:
-                self.context.copy(primary.seq_id, slot.seq_id)
+                context.copy(primary.seq_id, slot.seq_id)
                 slot.cache = list(primary.cache)
-                logits_row(self.context.ptr, row, self.model.n_vocab)[:] = shared
+                logits_row(context.ptr, row, self.model.n_vocab)[:] = shared
             slot.job, slot.primary, slot.pending = None, None, []
             slot.seq = Sequence(
                 plan=plan,
@@ -462,7 +498,7 @@ class Scheduler:
                 self._sample(slot, row)
 
     def _sample(self, slot: Slot, row: int) -> None:
-        self._take(slot, slot.decoding.sampler.sample(self.context.ptr, row))
+        self._take(slot, slot.decoding.sampler.sample(slot.lane.context.ptr, row))
 
     def _take(self, slot: Slot, draw: Draw) -> None:
         seq = slot.decoding
@@ -481,7 +517,7 @@ class Scheduler:
             self._finish(slot, "stop", flush=False, stop=released.stop)
         elif seq.sampler.complete:  # the grammar's output is whole: nothing more may follow
             self._finish(slot, "stop")
-        elif seq.generated >= seq.plan.max_tokens or len(slot.cache) + 1 > self.context.n_ctx_seq:
+        elif seq.generated >= seq.plan.max_tokens or len(slot.cache) + 1 > slot.lane.cells:
             self._finish(slot, "length")
         else:
             seq.next_token = draw.token
@@ -512,14 +548,14 @@ class Scheduler:
     def _release(self, slot: Slot) -> None:
         slot.seq, slot.job, slot.primary, slot.pending = None, None, None, []
 
-    def _fail_batch(self) -> None:
+    def _fail_batch(self, lane: Lane) -> None:
         log.error("llama_decode failed; failing the requests in this step")
         failed: dict[int, Job] = {}
-        for slot in self.slots:
+        for slot in lane.slots:
             job = slot.holder
             if job is None:
                 continue
-            self.context.clear(slot.seq_id)
+            lane.context.clear(slot.seq_id)
             slot.cache = []
             self._release(slot)
             failed[id(job)] = job
@@ -529,3 +565,15 @@ class Scheduler:
     @staticmethod
     def _sink(job: Job, event: object) -> None:
         job.sink(event)
+
+
+def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
+    """The `slots` of `ctx_per_slot` cells, then `long_slots` with the model's whole context (at most
+    `max_context`) where that is longer."""
+    short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
+    lanes = [Lane.open(short, settings.slots, reserve=settings.interactive_slots)]
+    cells = min(model.n_ctx_train or settings.max_context, settings.max_context)
+    if settings.long_slots and cells > lanes[0].cells:
+        long = LlamaContext(model, settings, settings.long_slots, cells)
+        lanes.append(Lane.open(long, settings.long_slots, reserve=0))
+    return lanes

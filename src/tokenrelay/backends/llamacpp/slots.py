@@ -1,9 +1,11 @@
-"""What the scheduler keeps per llama.cpp sequence: the slots, the sequences decoding in them, the step counters."""
+"""What the scheduler keeps per llama.cpp sequence: the lanes, their slots, the sequences decoding in them, the
+step counters."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokenrelay.backends.llamacpp.context import LlamaContext
 from tokenrelay.backends.llamacpp.drafts import Odds
 from tokenrelay.backends.llamacpp.jobs import Job, SeqPlan
 from tokenrelay.backends.llamacpp.sampling import TokenSampler
@@ -24,9 +26,10 @@ class Sequence:
 
 @dataclass(eq=False)
 class Slot:
-    """One llama.cpp sequence id and what its KV cells hold."""
+    """One llama.cpp sequence id of a lane and what its KV cells hold."""
 
     seq_id: int
+    lane: Lane
     cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
     seq: Sequence | None = None  # decoding
     job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
@@ -57,6 +60,44 @@ class Slot:
     def holder(self) -> Job | None:
         """The job whose sequence this slot decodes or will."""
         return self.seq.job if self.seq is not None else self.job
+
+
+@dataclass(eq=False)
+class Lane:
+    """One llama.cpp context and its slots, which all have as many KV cells: the many slots of `ctx_per_slot`
+    cells, or the few long ones with the model's whole context. A context's cells are allocated when it is made,
+    so a long context for every slot would cost memory most requests never use; and one pool shared by all
+    sequences (llama.cpp's unified cache) would make a sequence's attention sum its cells in an order that depends
+    on its neighbours (`context`)."""
+
+    context: LlamaContext
+    slots: list[Slot] = field(default_factory=list)
+    reserve: int = 0  # slots background jobs leave free here for interactive ones
+
+    @classmethod
+    def open(cls, context: LlamaContext, sequences: int, reserve: int) -> Lane:
+        lane = cls(context, reserve=reserve)
+        lane.slots = [Slot(seq_id=i, lane=lane) for i in range(sequences)]
+        return lane
+
+    @property
+    def cells(self) -> int:
+        """KV cells per slot: the most a request's prompt and output may take here."""
+        return self.context.n_ctx_seq
+
+    def free(self) -> list[Slot]:
+        return [slot for slot in self.slots if slot.free]
+
+    def status(self) -> dict[str, int]:
+        busy = [slot for slot in self.slots if not slot.free]
+        return {
+            "slots": len(self.slots),
+            "busy_slots": len(busy),
+            "context_per_slot": self.cells,
+            "cells": self.cells * len(self.slots),
+            "cells_in_use": sum(len(slot.cache) for slot in busy),
+            "cells_cached": sum(len(slot.cache) for slot in self.slots if slot.free),
+        }
 
 
 @dataclass

@@ -17,7 +17,7 @@ from tokenrelay.backends.llamacpp.sampling import SamplingParams
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
 from tokenrelay.config import EngineSettings
 
-SETTINGS = EngineSettings(slots=2, ctx_per_slot=512, threads=2, prefill_chunk=64)
+SETTINGS = EngineSettings(slots=2, ctx_per_slot=512, threads=2, prefill_chunk=64, long_slots=0)
 # Text that repeats, so that the sequence's last tokens often appeared before and the guesses are often right.
 CHANT = "Row, row, row your boat, gently down the stream. Merrily, merrily, merrily, merrily, life is but a dream. "
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 
@@ -16,8 +17,9 @@ from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams
 from tokenrelay.backends.llamacpp.scheduler import Scheduler
 from tokenrelay.config import EngineSettings
+from tokenrelay.errors import InvalidRequest
 
-SETTINGS = EngineSettings(slots=2, ctx_per_slot=256, threads=2, prefill_chunk=64)
+SETTINGS = EngineSettings(slots=2, ctx_per_slot=256, threads=2, prefill_chunk=64, long_slots=0)
 STORY = "The archive holds letters, maps and ledgers from the old harbour office. "
 
 
@@ -73,7 +75,7 @@ def test_a_failed_decode_fails_the_jobs_of_the_step_and_the_engine_goes_on(
     model: LlamaModel, scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing, failing_out = job(model, STORY)
-    monkeypatch.setattr(scheduler.context, "decode", lambda: -1)
+    monkeypatch.setattr(scheduler.lanes[0].context, "decode", lambda: -1)
     scheduler.submit(failing)
     events = failing_out.until_end()
     assert isinstance(events[-1], JobFailed) and events[-1].status == 500
@@ -208,7 +210,7 @@ def test_an_interactive_arrival_aborts_a_background_step_which_runs_again_unchan
 
         timeline = Timeline()
         chat = timeline.job(model, "chat", "A short question about maps?", 6)
-        real_decode, calls = scheduler.context.decode, []
+        real_decode, calls = scheduler.lanes[0].context.decode, []
 
         def decode() -> int:
             # The chat arrives while the scheduler is inside the batch job's `step`th decode.
@@ -217,7 +219,7 @@ def test_an_interactive_arrival_aborts_a_background_step_which_runs_again_unchan
                 scheduler.submit(chat)
             return real_decode()
 
-        monkeypatch.setattr(scheduler.context, "decode", decode)
+        monkeypatch.setattr(scheduler.lanes[0].context, "decode", decode)
         before = scheduler.stats.aborted_steps
         scheduler.submit(timeline.job(model, "batch", STORY * 2, 24, background=True))
         timeline.until_done("chat", "batch")
@@ -240,3 +242,30 @@ def test_background_work_leaves_the_cache_of_an_interactive_request_for_its_next
     done = {name: event for name, event in timeline.seen if isinstance(event, JobDone)}
     assert done["batch"].cached_tokens == 0
     assert done["next turn"].cached_tokens >= done["chat"].prompt_tokens - 1
+
+
+def test_a_prompt_longer_than_a_slot_runs_in_a_long_slot_without_holding_back_the_short_ones(
+    model: LlamaModel,
+) -> None:
+    with running(model, long_slots=1, max_context=1024) as scheduler:
+        assert [len(lane.slots) for lane in scheduler.lanes] == [2, 1]
+        # Without max_tokens a prompt goes where it fills at most half a slot; with it, where both fit.
+        assert scheduler.lane_for(100, None, 1) == 0 and scheduler.lane_for(200, None, 1) == 1
+        assert scheduler.lane_for(100, 100, 1) == 0 and scheduler.lane_for(100, 500, 1) == 1
+        assert scheduler.lane_for(1024, None, 1) is None and scheduler.lane_for(300, 8, 2) is None
+        timeline = Timeline()
+        first, second = (timeline.job(model, name, STORY * 20, 8) for name in ("long", "long again"))
+        assert len(first.prompt) > scheduler.lanes[0].cells
+        scheduler.submit(first)
+        scheduler.submit(second)  # waits for the one long slot
+        scheduler.submit(timeline.job(model, "short", "A short question about maps?", 4))
+        timeline.until_done("long", "long again", "short")
+        two = Job(first.prompt, [*first.seqs, replace(first.seqs[0], index=1)], lambda event: None)
+        with pytest.raises(InvalidRequest) as refused:
+            scheduler.submit(two)
+        assert refused.value.param == "n"
+    done = {name: event for name, event in timeline.seen if isinstance(event, JobDone | JobFailed)}
+    assert all(isinstance(event, JobDone) for event in done.values())
+    assert timeline.first("short", JobDone) < timeline.first("long again", JobDone)
+    assert done["long again"].cached_tokens == len(first.prompt) - 1  # its turn found the prompt in the long slot
+    assert timeline.text("long again") == timeline.text("long")

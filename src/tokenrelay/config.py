@@ -49,8 +49,14 @@ class EngineSettings(BaseModel):
         description="sequences with the model's whole context (up to max_context), for requests a slot of "
         "ctx_per_slot cannot hold (0: none)",
     )
-    max_context: int = Field(
-        default=32768, ge=64, description="KV cells of a long slot: the model's trained context, at most this"
+    long_kv_type: Literal["q8_0", "f16"] = Field(
+        default="f16", description="a long slot's KV cache precision (f16: prompts evaluate about twice as fast)"
+    )
+    max_context: int | None = Field(
+        default=None,
+        ge=64,
+        description="KV cells of a long slot (default: the model's trained context, at most 32768); more than the "
+        "model was trained on is allowed, and answers past its trained context degrade",
     )
     prefill_chunk: int = Field(
         default=512, ge=8, le=4096, description="prompt tokens evaluated per step at most (beside the decoding streams)"

@@ -23,8 +23,8 @@ from servers import Server, start_server
 AGENTS = Path(__file__).resolve().parents[1] / "support" / "agents"
 CODEX_MODEL = "smollm2-135m-instruct"
 CLAUDE_MODEL = "gemma-3-270m"
-# Codex's instructions and tools come to about 9,000 of SmolLM2's tokens; Claude Code's prompt to about 21,000
-# of Gemma's, more than this context holds.
+# Codex's instructions and tools come to about 9,000 of SmolLM2's tokens (more than its trained 8,192, so its long
+# slot is made longer); Claude Code's prompt to about 21,000 of Gemma's, more than this context holds.
 CONTEXT = "16384"
 
 
@@ -35,7 +35,7 @@ def recorded(name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("agents"), "--slots", "1", "--ctx-size", CONTEXT)
+    server = start_server(tmp_path_factory.mktemp("agents"), "--max-context", CONTEXT)
     yield server
     server.stop()
 

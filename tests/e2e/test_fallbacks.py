@@ -48,7 +48,7 @@ class Gateway:
 
 def gateway_config(backup: LoopbackNode, fault: FaultNode, breaking: FaultNode) -> dict[str, Any]:
     dead = {"url": f"http://127.0.0.1:{free_port()}/v1", "name": "dead"}  # nothing listens there
-    narrow = {"slots": 1, "ctx_per_slot": NARROW, "prefill_chunk": 64, "threads": 1}
+    narrow = {"slots": 1, "ctx_per_slot": NARROW, "prefill_chunk": 64, "threads": 1, "long_slots": 0}
     smollm2 = str(smollm2_path(shared_data_dir()))
     return {
         "routing": {"health": {"probe_interval": 0}},
@@ -58,7 +58,7 @@ def gateway_config(backup: LoopbackNode, fault: FaultNode, breaking: FaultNode) 
             {"id": "limited", "upstreams": [{"url": fault.url, "name": "limited"}], "fallbacks": [ENGINE]},
             {"id": "narrow", "path": smollm2, "engine": narrow, "context_fallbacks": [ENGINE]},
             {"id": "breaking", "upstreams": [{"url": breaking.url, "name": "breaking"}], "fallbacks": ["backup"]},
-            {"id": ENGINE, "engine": {"slots": 2, "threads": 1}},
+            {"id": ENGINE, "engine": {"slots": 2, "threads": 1, "long_slots": 0}},
         ],
     }
 

@@ -16,6 +16,7 @@ from servers import Server, start_server
 
 MODEL = "smollm2-135m-instruct"
 GREEDY: dict[str, Any] = {"model": MODEL, "temperature": 0, "max_output_tokens": 16}
+CONTEXT = 2048  # the long slot's: what a request may use
 BOOLEAN = {
     "type": "json_schema",
     "name": "answer",
@@ -51,7 +52,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     tmp = tmp_path_factory.mktemp("responses")
     url = sqlite_url(tmp)
     keys = {"alice": create_key(url, "alice"), "bob": create_key(url, "bob")}
-    server = start_server(tmp, "--database-url", url, "--slots", "2", "--threads", "1", env=FAST_CACHE)
+    engine = ("--slots", "2", "--threads", "1", "--max-context", str(CONTEXT))
+    server = start_server(tmp, "--database-url", url, *engine, env=FAST_CACHE)
     try:
         yield Deployment(server, url, keys)
     finally:
@@ -303,11 +305,12 @@ def test_the_route_is_in_the_openapi_document(deployment: Deployment) -> None:
 
 def test_truncation_auto_leaves_out_the_oldest_items_that_do_not_fit(client: openai.OpenAI) -> None:
     filler = "The quick brown fox jumps over the lazy dog. " * 25  # some 250 tokens
-    items = [{"role": "user", "content": f"Note {i}: {filler}"} for i in range(6)]
+    items = [{"role": "user", "content": f"Note {i}: {filler}"} for i in range(10)]
     items.append({"role": "user", "content": "Say ok."})
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(input=items, **GREEDY)
     assert caught.value.body["code"] == "context_length_exceeded" and caught.value.body["param"] == "input"
     response = client.responses.create(input=items, truncation="auto", **GREEDY)
     assert response.truncation == "auto" and response.output_text
-    assert response.usage is not None and response.usage.input_tokens + response.usage.output_tokens <= 1024
+    assert response.usage is not None and response.usage.input_tokens + response.usage.output_tokens <= CONTEXT
+    assert response.usage.input_tokens > 1024  # more than a short slot holds: it ran in the long one

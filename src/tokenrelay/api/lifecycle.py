@@ -85,15 +85,17 @@ async def stream_or_collect(
     """The answer as a stream of `chunks()`, or as the JSON body `whole()` makes once the events are in (a client
     that leaves meanwhile cancels the generation)."""
     if stream:
-        return await streamed(chunks(), framing)
+        return await streamed(request, chunks(), framing)
     with cancel_on_disconnect(request.receive):
         return JSONBody(await whole())
 
 
-async def streamed(chunks: AsyncIterator[list[Piece]], framing: Framing[Piece]) -> Response:
+async def streamed(request: Request, chunks: AsyncIterator[list[Piece]], framing: Framing[Piece]) -> Response:
     """The stream's response once its first chunks are in. Errors raised before the first chunks (validation inside
-    the backend, a full queue) keep their HTTP status; later ones become an SSE error event followed by [DONE]."""
-    first = await anext(chunks, None)
+    the backend, a full queue) keep their HTTP status; later ones become an SSE error event followed by [DONE]. A
+    client that leaves before them (during a long prompt) cancels the generation, as one waiting for JSON does."""
+    with cancel_on_disconnect(request.receive):
+        first = await anext(chunks, None)
     return EventStream(first, chunks, framing)
 
 

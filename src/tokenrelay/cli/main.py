@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--slots", type=int, help="sequences decoded together per model")
     serve.add_argument("--ctx-size", type=int, help="context tokens per slot")
     serve.add_argument("--long-slots", type=int, help="slots with the model's whole context (default 1)")
-    serve.add_argument("--max-context", type=int, help="a long slot's context at most (default 32768)")
+    serve.add_argument("--max-context", type=int, help="a long slot's context (default: the model's, at most 32768)")
     serve.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
     serve.add_argument("--queue-size", type=int, help="requests that may wait for a slot before 503")
     serve.add_argument("--prefill-chunk", type=int, help="prompt tokens per step while others decode")

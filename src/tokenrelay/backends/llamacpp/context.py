@@ -19,7 +19,9 @@ class LlamaContext:
     llama.cpp's unified cache a sequence's cells land wherever others left holes, and attention sums in cell order.
     """
 
-    def __init__(self, model: LlamaModel, settings: EngineSettings, sequences: int, cells: int) -> None:
+    def __init__(
+        self, model: LlamaModel, settings: EngineSettings, sequences: int, cells: int, kv_type: str | None = None
+    ) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
         params.n_seq_max = sequences
@@ -35,7 +37,7 @@ class LlamaContext:
         # tiled kernel for 64 or more query rows of a sequence. Each sums in its own order, so a sequence's
         # logits would depend on what shares its step. With a Q8_0 cache every row takes the row-by-row kernel.
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED  # a quantised V cache needs it
-        params.type_k = params.type_v = KV_TYPES[settings.kv_type]
+        params.type_k = params.type_v = KV_TYPES[kv_type or settings.kv_type]
         params.no_perf = True
         self.abort = AbortFlag()  # the scheduler stops a background step with it (scheduler.py)
         params.abort_callback, params.abort_callback_data = self.abort.callback, self.abort.data

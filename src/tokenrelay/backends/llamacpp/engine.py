@@ -175,6 +175,7 @@ class LlamaCppBackend:
         if self.scheduler is None:
             return {"backend": "llama.cpp", "ready": True, "cpu": self.cpu, **embedding}
         stats = self.scheduler.stats
+        lanes = [lane.status() for lane in self.scheduler.lanes]
         return {
             "backend": "llama.cpp",
             "ready": True,
@@ -182,7 +183,9 @@ class LlamaCppBackend:
             "busy_slots": self.scheduler.busy_slots,
             "queue_depth": self.scheduler.queue_depth,
             "context_length": self.n_ctx,
-            "lanes": [lane.status() for lane in self.scheduler.lanes],
+            "lanes": lanes,
+            "cells": sum(lane["cells"] for lane in lanes),
+            "cells_in_use": sum(lane["cells_in_use"] for lane in lanes),
             "kernel_invariance_probe": self.scheduler.kernels_invariant,
             "cpu": self.cpu,
             "steps": stats.steps,

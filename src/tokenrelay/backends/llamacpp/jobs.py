@@ -62,7 +62,7 @@ class Job:
     echo_from: int = 0  # first prompt position that is echoed (after a BOS the user did not send)
     background: bool = False  # batch work: runs in slots interactive requests leave, and waits while they run
     max_tokens: int | None = None  # the request's own limit on its output (None: until the slot is full)
-    lane: int = 0  # which of the scheduler's lanes runs it, set by the scheduler
+    width: int = 0  # the cells per slot of the lanes that may run it, set by the scheduler
     cancelled: threading.Event = field(default_factory=threading.Event)
     serial: int = 0  # admission order, set by the scheduler
     cached_tokens: int = 0

@@ -85,26 +85,26 @@ class Scheduler:
         """The most tokens a request's prompt and output may take: a long slot's cells, else a slot's."""
         return self.lanes[-1].cells
 
-    def lane_for(self, prompt: int, max_tokens: int | None, sequences: int) -> int | None:
-        """The index of the narrowest lane with a slot per sequence whose slots hold the prompt and `max_tokens`;
-        without max_tokens, one whose slots the prompt fills at most half of (the answer's room), else the widest
-        that holds the prompt. None when no lane can ever run it."""
-        lanes = [i for i, lane in enumerate(self.lanes) if len(lane.slots) >= sequences]
+    def width_for(self, prompt: int, max_tokens: int | None, sequences: int) -> int | None:
+        """The cells per slot of the narrowest lanes with a slot per sequence whose slots hold the prompt and
+        `max_tokens`; without max_tokens, of those whose slots the prompt fills at most half of (the answer's room),
+        else of the widest that hold the prompt. None when no lane can ever run it."""
+        widths = sorted({lane.cells for lane in self.lanes if len(lane.slots) >= sequences})
         if max_tokens is not None:
-            fitting = [i for i in lanes if prompt + max_tokens <= self.lanes[i].cells]
+            fitting = [cells for cells in widths if prompt + max_tokens <= cells]
         else:
-            holding = [i for i in lanes if prompt < self.lanes[i].cells]
-            fitting = [i for i in holding if 2 * prompt <= self.lanes[i].cells] or holding[-1:]
+            holding = [cells for cells in widths if prompt < cells]
+            fitting = [cells for cells in holding if 2 * prompt <= cells] or holding[-1:]
         return fitting[0] if fitting else None
 
     def submit(self, job: Job) -> None:
         """Queue a job; an interactive one is refused (503) when the queue is full. Background jobs are never
         refused: whoever submits them bounds how many it has in flight."""
-        lane = self.lane_for(len(job.prompt), job.max_tokens, len(job.seqs))
-        if lane is None:  # the engine checked the context, so only the number of sequences can be too many
+        width = self.width_for(len(job.prompt), job.max_tokens, len(job.seqs))
+        if width is None:  # the engine checked the context, so only the number of sequences can be too many
             most = len(self.lanes[-1].slots)
             raise InvalidRequest(f"A prompt this long may have at most {most} choices on this model.", param="n")
-        job.lane = lane
+        job.width = width
         with self._lock:
             if not job.background and self._queued >= self.settings.queue_size + self.free_slots_hint():
                 raise Overloaded(
@@ -204,37 +204,51 @@ class Scheduler:
             self._queued -= 1
 
     def _admit(self) -> None:
-        """Waiting jobs in arrival order; one that finds no room holds back those after it in its lane only."""
+        """Waiting jobs in arrival order; one that finds no room holds back those after it of its width only."""
         full: set[int] = set()
         for job in list(self._waiting):
-            lane = self.lanes[job.lane]
-            if job.lane in full:
+            if job.width in full:
                 continue
-            free = lane.free()
-            if len(free) < len(job.seqs):
-                free += self._preempt(lane, len(job.seqs) - len(free))
-            if len(free) < len(job.seqs):
-                full.add(job.lane)
+            free = self._room(job)
+            if not free:
+                full.add(job.width)
                 continue
             self._waiting.remove(job)
             self._dequeued()
             self._place(job, free)
         self._admit_background()
 
+    def _room(self, job: Job) -> list[Slot]:
+        """Free slots of the job's width, in lanes with a free slot per sequence, background work preempted for
+        it if need be; empty when there is no room yet."""
+        lanes = [lane for lane in self.lanes if lane.cells == job.width and len(lane.slots) >= len(job.seqs)]
+        free = [slot for lane in lanes if len(lane.free()) >= len(job.seqs) for slot in lane.free()]
+        if free:
+            return free
+        for lane in lanes:
+            self._preempt(lane, len(job.seqs) - len(lane.free()))
+            if len(lane.free()) >= len(job.seqs):
+                return lane.free()
+        return []
+
     def _admit_background(self) -> None:
         """Background jobs take the slots interactive ones leave: only while none waits, and leaving the lane's
         `reserve` free (a background job that needs more than that leaves may have every slot, when nothing else
         runs there)."""
-        full: set[int] = set()
         for job in list(self._background) if not self._waiting else []:
-            lane = self.lanes[job.lane]
-            free = lane.free()
-            spare = len(free) - lane.reserve
-            if job.lane in full or (len(job.seqs) > spare and len(free) < len(lane.slots)) or len(free) < len(job.seqs):
-                full.add(job.lane)
-                continue
-            self._background.remove(job)
-            self._place(job, free)
+            free = [slot for lane in self.lanes if lane.cells == job.width for slot in self._spare(lane, job)]
+            if free:
+                self._background.remove(job)
+                self._place(job, free)
+
+    @staticmethod
+    def _spare(lane: Lane, job: Job) -> list[Slot]:
+        """The lane's free slots a background job may have: all, if it leaves the lane's reserve free or the
+        lane is idle and has a slot per sequence; else none."""
+        free = lane.free()
+        if len(free) < len(job.seqs) or (len(free) - lane.reserve < len(job.seqs) and len(free) < len(lane.slots)):
+            return []
+        return free
 
     def _preempt(self, lane: Lane, needed: int) -> list[Slot]:
         """Free slots of a lane held by background jobs for an interactive job that finds too few: the jobs that
@@ -258,7 +272,9 @@ class Scheduler:
         if job.background:
             free = self._background_choice(free, len(job.seqs))
         primary, keep = self._slot_for(job, free)
-        others = [slot for slot in sorted(free, key=lambda s: s.last_job) if slot is not primary][: len(job.seqs) - 1]
+        keep -= keep % primary.lane.boundary
+        mates = [slot for slot in free if slot.lane is primary.lane and slot is not primary]
+        others = sorted(mates, key=lambda s: s.last_job)[: len(job.seqs) - 1]
         for slot in (primary, *others):
             slot.last_job = job.serial
             slot.last_interactive = not job.background
@@ -368,7 +384,7 @@ class Scheduler:
         sequence's token and context limits, as many as are worth their rows in a step of `width` rows without
         guesses and `rows` so far."""
         seq = slot.decoding
-        room = self._draft_rows - rows
+        room = (self._draft_rows if slot.lane.drafts else 1) - rows
         limit = min(room, seq.plan.max_tokens - seq.generated - 1, slot.lane.cells - len(slot.cache))
         drafted = lookup_draft(slot.cache, limit)
         drafted = drafted[: self.draft_costs.worth(seq.odds.rate, width, rows, len(drafted))]
@@ -567,13 +583,24 @@ class Scheduler:
         job.sink(event)
 
 
+DEFAULT_MAX_CONTEXT = 32768  # a long slot's cells when the model's trained context is longer or unknown
+
+
 def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
-    """The `slots` of `ctx_per_slot` cells, then `long_slots` with the model's whole context (at most
-    `max_context`) where that is longer."""
+    """The `slots` of `ctx_per_slot` cells, then `long_slots` lanes of one slot with `max_context` cells (by
+    default the model's trained context) where that is longer.
+
+    A long slot is a context of its own with an F16 cache, whose attention kernels evaluate a long prompt about
+    twice as fast as the Q8_0 cache's row-by-row one (docs/benchmarks.md). They are chosen by batch shape, so the
+    shape is made a function of the sequence alone: one sequence per context, no guesses beside its token (a step
+    is always one row), its prompt evaluated in pieces that start at multiples of the prefill chunk and a cached
+    prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
     short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
     lanes = [Lane.open(short, settings.slots, reserve=settings.interactive_slots)]
-    cells = min(model.n_ctx_train or settings.max_context, settings.max_context)
-    if settings.long_slots and cells > lanes[0].cells:
-        long = LlamaContext(model, settings, settings.long_slots, cells)
-        lanes.append(Lane.open(long, settings.long_slots, reserve=0))
+    cells = settings.max_context or min(model.n_ctx_train or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
+    if cells <= lanes[0].cells:
+        return lanes
+    for _ in range(settings.long_slots):
+        long = LlamaContext(model, settings, 1, cells, kv_type=settings.long_kv_type)
+        lanes.append(Lane.open(long, 1, reserve=0, boundary=long.step_prefill, drafts=False))
     return lanes

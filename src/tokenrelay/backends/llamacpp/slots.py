@@ -73,10 +73,12 @@ class Lane:
     context: LlamaContext
     slots: list[Slot] = field(default_factory=list)
     reserve: int = 0  # slots background jobs leave free here for interactive ones
+    boundary: int = 1  # a cached prefix is reused up to a multiple of this (where prompt pieces start)
+    drafts: bool = True  # steps may carry guesses (`drafts`) beside a sequence's token
 
     @classmethod
-    def open(cls, context: LlamaContext, sequences: int, reserve: int) -> Lane:
-        lane = cls(context, reserve=reserve)
+    def open(cls, context: LlamaContext, sequences: int, reserve: int, boundary: int = 1, drafts: bool = True) -> Lane:
+        lane = cls(context, reserve=reserve, boundary=boundary, drafts=drafts)
         lane.slots = [Slot(seq_id=i, lane=lane) for i in range(sequences)]
         return lane
 

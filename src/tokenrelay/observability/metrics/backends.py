@@ -36,6 +36,8 @@ ENGINE_STATS = (
     Stat("slots", "tokenrelay_engine_slots", "Sequences the embedded engine decodes together."),
     Stat("busy_slots", "tokenrelay_engine_busy_slots", "Slots serving a request now."),
     Stat("queue_depth", "tokenrelay_engine_queue_depth", "Requests waiting for a free slot."),
+    Stat("cells", "tokenrelay_engine_kv_cells", "KV cells of the engine's slots, long ones included."),
+    Stat("cells_in_use", "tokenrelay_engine_kv_cells_in_use", "KV cells held by the requests running now."),
     Stat("steps", "tokenrelay_engine_steps", "Decode steps run.", counter=True),
     Stat("prompt_tokens_evaluated", "tokenrelay_engine_prompt_tokens_evaluated", "Prompt tokens run.", counter=True),
     Stat("tokens_generated", "tokenrelay_engine_tokens_generated", "Tokens sampled.", counter=True),

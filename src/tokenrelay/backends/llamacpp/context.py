@@ -12,6 +12,17 @@ from tokenrelay.config import EngineSettings
 KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
 
 
+def step_rows(settings: EngineSettings, sequences: int, cells: int) -> int:
+    """Rows one step holds: prompt tokens (`prefill_chunk`, within what the context holds beside a token per
+    sequence: llama.cpp refuses a step larger than its context) plus a token per sequence."""
+    return min(settings.prefill_chunk, cells * sequences - sequences) + sequences
+
+
+def cells_per_sequence(cells: int) -> int:
+    """What llama.cpp makes of a sequence's cells in a cache kept per sequence: a multiple of 256."""
+    return -(-cells // 256) * 256
+
+
 class LlamaContext:
     """One context, `sequences` sequences of `cells` KV cells each. KV is kept per sequence (not unified) so that a
     sequence's attention sums run over its own cells in position order whether it decodes alone or beside others:
@@ -26,7 +37,7 @@ class LlamaContext:
         params.n_ctx = cells * sequences
         params.n_seq_max = sequences
         # A step is one batch: its prompt tokens plus a token per sequence, all in one call.
-        capacity = min(settings.prefill_chunk, cells * sequences - sequences) + sequences
+        capacity = step_rows(settings, sequences, cells)
         params.n_batch = params.n_ubatch = capacity
         params.n_threads = settings.threads
         params.n_threads_batch = settings.threads

@@ -22,7 +22,7 @@ import time
 from collections import deque
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
-from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.context import LlamaContext, cells_per_sequence, step_rows
 from tokenrelay.backends.llamacpp.drafts import DraftCosts, lookup_draft
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished
@@ -51,7 +51,7 @@ class Scheduler:
         # Guesses (`drafts`) fill a narrow step up to this many rows: one more row of a lone sequence costs a fraction
         # of the step (the weights are read once for all rows), while a wide step already pays for every row it has.
         # A recurrent model's state cannot drop a wrong guess, so its steps carry none.
-        capacity = min(lane.context.batch.capacity for lane in self.lanes)
+        capacity = self.lanes[0].context.batch.capacity  # only the short slots' steps carry guesses
         self._draft_rows = 1 if model.recurrent else min(1 + settings.draft_tokens, capacity)
         self.draft_costs = DraftCosts(most_rows=self._draft_rows)
         self.kernels_invariant: bool | None = None  # measured by the scheduler thread before its first step
@@ -78,7 +78,7 @@ class Scheduler:
         self._inbox.put(None)
         self._thread.join(timeout=30)
         for lane in self.lanes:
-            lane.context.close()
+            lane.close()
 
     @property
     def n_ctx(self) -> int:
@@ -596,11 +596,17 @@ def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
     is always one row), its prompt evaluated in pieces that start at multiples of the prefill chunk and a cached
     prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
     short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
-    lanes = [Lane.open(short, settings.slots, reserve=settings.interactive_slots)]
-    cells = settings.max_context or min(model.n_ctx_train or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
+    lanes = [Lane.open(lambda: short, short.n_ctx_seq, settings.slots, reserve=settings.interactive_slots)]
+    cells = cells_per_sequence(
+        settings.max_context or min(model.n_ctx_train or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
+    )
     if cells <= lanes[0].cells:
         return lanes
     for _ in range(settings.long_slots):
-        long = LlamaContext(model, settings, 1, cells, kv_type=settings.long_kv_type)
-        lanes.append(Lane.open(long, 1, reserve=0, boundary=long.step_prefill, drafts=False))
+        pieces = step_rows(settings, 1, cells) - 1
+
+        def make() -> LlamaContext:
+            return LlamaContext(model, settings, 1, cells, kv_type=settings.long_kv_type)
+
+        lanes.append(Lane.open(make, cells, 1, reserve=0, boundary=pieces, drafts=False))
     return lanes

@@ -3,6 +3,7 @@ step counters."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tokenrelay.backends.llamacpp.context import LlamaContext
@@ -68,24 +69,40 @@ class Lane:
     cells, or the few long ones with the model's whole context. A context's cells are allocated when it is made,
     so a long context for every slot would cost memory most requests never use; and one pool shared by all
     sequences (llama.cpp's unified cache) would make a sequence's attention sum its cells in an order that depends
-    on its neighbours (`context`)."""
+    on its neighbours (`context`). A lane's context is made when a job first runs there, so a long slot's cells
+    take memory only once a request has needed them."""
 
-    context: LlamaContext
+    make: Callable[[], LlamaContext]
+    cells: int  # KV cells per slot: the most a request's prompt and output may take here
     slots: list[Slot] = field(default_factory=list)
     reserve: int = 0  # slots background jobs leave free here for interactive ones
     boundary: int = 1  # a cached prefix is reused up to a multiple of this (where prompt pieces start)
     drafts: bool = True  # steps may carry guesses (`drafts`) beside a sequence's token
+    made: LlamaContext | None = None
 
     @classmethod
-    def open(cls, context: LlamaContext, sequences: int, reserve: int, boundary: int = 1, drafts: bool = True) -> Lane:
-        lane = cls(context, reserve=reserve, boundary=boundary, drafts=drafts)
+    def open(
+        cls,
+        make: Callable[[], LlamaContext],
+        cells: int,
+        sequences: int,
+        reserve: int,
+        boundary: int = 1,
+        drafts: bool = True,
+    ) -> Lane:
+        lane = cls(make, cells, reserve=reserve, boundary=boundary, drafts=drafts)
         lane.slots = [Slot(seq_id=i, lane=lane) for i in range(sequences)]
         return lane
 
     @property
-    def cells(self) -> int:
-        """KV cells per slot: the most a request's prompt and output may take here."""
-        return self.context.n_ctx_seq
+    def context(self) -> LlamaContext:
+        if self.made is None:
+            self.made = self.make()
+        return self.made
+
+    def close(self) -> None:
+        if self.made is not None:
+            self.made.close()
 
     def free(self) -> list[Slot]:
         return [slot for slot in self.slots if slot.free]

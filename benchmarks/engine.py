@@ -299,10 +299,12 @@ def start_tokenrelay(
     return server
 
 
-def start_llama_server(binary: Path, gguf: Path, logs: Path, args: argparse.Namespace) -> Server:
+def start_llama_server(
+    binary: Path, gguf: Path, logs: Path, args: argparse.Namespace, parallel: int = 16, context: int = 16384
+) -> Server:
     port = free_port()
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", MODEL]
-    command += ["-np", "16", "-c", "16384", "-t", str(args.threads)]
+    command += ["-np", str(parallel), "-c", str(context), "-t", str(args.threads)]
     if "amx_int8" in cpu_flags():
         command.append("--no-repack")  # its native build dies on CPUs that advertise AMX but fault on it
     server = start(PEER, command, logs)

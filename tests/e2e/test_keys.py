@@ -317,6 +317,18 @@ def test_reservation_bounds_the_real_prompt(deployment: Deployment) -> None:
         chat_body = {"model": DEFAULT_MODEL, "messages": messages, "max_tokens": 1}
         chat = client.chat.completions.create(**chat_body)
         assert chat.usage.prompt_tokens <= prompt_bound(ChatCompletionRequest.model_validate(chat_body))
+    # Tools, and a conversation with a call written into it: the template is told how to call, and shown the call.
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "", "parameters": parameters}}
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    called = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Snow."},
+    ]
+    tool_body = {"model": DEFAULT_MODEL, "messages": called, "tools": [tool], "max_tokens": 1}
+    answered = client.chat.completions.create(**tool_body)
+    assert answered.usage.prompt_tokens <= prompt_bound(ChatCompletionRequest.model_validate(tool_body))
 
 
 # Usage report -------------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 The prompt is not tokenised here (only the backend knows its tokenizer and chat template), so its size is
 bounded instead (`tokens.ByteBound`): byte-level BPE and SentencePiece-with-byte-fallback tokenizers never
 produce more tokens than the UTF-8 bytes of the text, plus the special tokens they or the chat template add.
-Every text a chat template renders (contents, names, tool definitions and calls) is inside the request's JSON,
-so the JSON's byte length bounds the rendered text; a per-message allowance covers the role markers a template adds.
+Every text a chat template renders (contents, names, tool definitions and calls) is inside the JSON of the
+request's messages and tools (and of fields unknown here, which a node's template may read), so that JSON's byte
+length bounds the rendered text, without the other fields' names, defaults and nulls; allowances cover the role
+markers a template adds, the instructions a template without tools gets, and the syntax of a written call.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ Admitted = GenerationRequest | EmbeddingRequest  # what admission can bound
 
 TEMPLATE_TOKENS = 64  # BOS, generation prompt and any fixed preamble of a chat template
 MESSAGE_TOKENS = 16  # turn markers and separators around one message
+TOOL_TOKENS = 256  # the instructions on calling that a template without tools gets (the engine's `toolprompt`)
+CALL_TOKENS = 16  # the markers around one tool call written into the conversation
+RENDERED = {"messages", "tools", "functions"}  # what a chat template reads, beside fields unknown here
 PROMPT_SPECIALS = 2  # BOS/EOS a tokenizer may add to a text prompt
 
 _TEXT = ByteBound()  # text within a prompt (the request's JSON, a suffix)
@@ -29,13 +34,21 @@ _PROMPT = ByteBound(PROMPT_SPECIALS)  # a whole text prompt or input
 
 def prompt_bound(body: Admitted) -> int:
     if isinstance(body, ChatCompletionRequest):
-        return _TEXT.count(body.model_dump_json()) + MESSAGE_TOKENS * len(body.messages) + TEMPLATE_TOKENS
+        return chat_prompt_bound(body)
     if isinstance(body, CompletionRequest):
         suffix = _TEXT.count(body.suffix or "")
         return sum(text_tokens(p, _PROMPT) + suffix for p in body.prompts)
     if isinstance(body, EmbeddingRequest):
         return sum(text_tokens(item, _PROMPT) for item in body.inputs)
     raise TypeError(f"no token bound for {type(body).__name__}")
+
+
+def chat_prompt_bound(body: ChatCompletionRequest) -> int:
+    read = RENDERED | set(body.model_extra or {})
+    text = _TEXT.count(body.model_dump_json(include=read, exclude_none=True))
+    calls = sum(len(getattr(message, "tool_calls", None) or []) for message in body.messages)
+    tools = TOOL_TOKENS if body.tools or body.functions else 0
+    return text + MESSAGE_TOKENS * len(body.messages) + CALL_TOKENS * calls + tools + TEMPLATE_TOKENS
 
 
 def completion_bound(body: Admitted, context_length: int) -> int:

@@ -106,7 +106,7 @@ class Scheduler:
             raise InvalidRequest(f"A prompt this long may have at most {most} choices on this model.", param="n")
         job.width = width
         with self._lock:
-            if not job.background and self._queued >= self.settings.queue_size + self.free_slots_hint():
+            if not job.background and self._queued >= self.settings.queue_size + self.free_slots_hint(width):
                 raise Overloaded(
                     "The server is at capacity for this model; retry shortly.", headers={"Retry-After": "1"}
                 )
@@ -119,8 +119,9 @@ class Scheduler:
                 if self._background_step is not None:
                     self._background_step.abort.set()
 
-    def free_slots_hint(self) -> int:
-        return sum(1 for slot in self.slots if slot.free)
+    def free_slots_hint(self, width: int) -> int:
+        """Free slots a job of `width` could take (read without the scheduler's lock: a hint)."""
+        return sum(len(lane.free()) for lane in self.lanes if lane.cells == width)
 
     @property
     def queue_depth(self) -> int:

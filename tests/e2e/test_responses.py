@@ -239,6 +239,22 @@ def test_streamed_tool_calls_assemble(client: openai.OpenAI) -> None:
     assert json.loads(call.arguments)["city"] and "response.function_call_arguments.done" in kinds
 
 
+def test_a_custom_tool_is_called_with_text_and_its_output_goes_back(client: openai.OpenAI) -> None:
+    shell = {"type": "custom", "name": "shell", "description": "Runs one shell command line."}
+    ask = [{"role": "user", "content": "List the files here."}]
+    forced = {"tools": [shell], "tool_choice": {"type": "custom", "name": "shell"}, "max_output_tokens": 32}
+    first = client.responses.create(model=MODEL, input=ask, temperature=0, **forced)  # type: ignore[arg-type]
+    call = next(item for item in first.output if item.type == "custom_tool_call")
+    assert call.name == "shell" and isinstance(call.input, str) and call.call_id
+    with client.responses.stream(model=MODEL, input=ask, temperature=0, **forced) as stream:  # type: ignore[arg-type]
+        kinds = [event.type for event in stream]
+        streamed = next(item for item in stream.get_final_response().output if item.type == "custom_tool_call")
+    assert "response.custom_tool_call_input.done" in kinds and streamed.input == call.input  # greedy: the same
+    answer = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "README.md"}
+    after = client.responses.create(input=[*ask, call, answer], tools=[shell], tool_choice="none", **GREEDY)  # type: ignore[list-item]
+    assert after.output[0].type == "message"
+
+
 def test_a_json_schema_format_yields_valid_json(client: openai.OpenAI) -> None:
     schema = {
         "type": "object",

@@ -107,6 +107,26 @@ class FunctionCallOutputItem(ItemModel):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
+class CustomToolCallItem(ItemModel):
+    """A call of a custom tool the model made, with its free-text input, sent back so the conversation shows it."""
+
+    type: Literal["custom_tool_call"]
+    call_id: Annotated[str, Field(min_length=1)]
+    name: str
+    input: str
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class CustomToolCallOutputItem(ItemModel):
+    """The result of a custom tool call, answering its `call_id`."""
+
+    type: Literal["custom_tool_call_output"]
+    call_id: Annotated[str, Field(min_length=1)]
+    output: str | list[ContentPart]
+    id: str | None = None
+
+
 class ReasoningItem(ItemModel):
     """Reasoning an earlier answer gave, sent back with the conversation (as Codex does): kept in the stored
     input, not shown to the model again."""
@@ -128,6 +148,8 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_item_type),
 ]
@@ -153,6 +175,32 @@ class NamespaceTool(ItemModel):
     tools: list[FunctionTool]
 
 
+class CustomTool(ItemModel):
+    """A tool that takes free text instead of JSON arguments (OpenAI's `custom` tools, such as a patch tool). Every
+    backend is shown it as a function of one string, `input`; a call's input comes back as the text. A `grammar`
+    format is shown to the model in the description, not enforced."""
+
+    type: Literal["custom"]
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
+    description: str | None = None
+    format: dict[str, Any] | None = None  # {"type": "text"} or {"type": "grammar", "syntax", "definition"}
+
+    @property
+    def grammar(self) -> str | None:
+        fmt = self.format or {}
+        definition = fmt.get("definition")
+        return definition if fmt.get("type") == "grammar" and isinstance(definition, str) else None
+
+    def as_function(self) -> FunctionTool:
+        described = self.description or ""
+        if self.grammar is not None:
+            syntax = (self.format or {}).get("syntax", "lark")
+            described += f"\nThe input follows this {syntax} grammar:\n{self.grammar}"
+        text = {"type": "string", "description": "The tool's input, as free text."}
+        parameters = {"type": "object", "properties": {"input": text}, "required": ["input"]}
+        return FunctionTool(type="function", name=self.name, description=described or None, parameters=parameters)
+
+
 class HostedTool(BaseModel):
     """A tool OpenAI's servers run (web search, file search, code interpreter, ...): this gateway cannot, so the
     model is not shown it."""
@@ -163,19 +211,20 @@ class HostedTool(BaseModel):
 
 def _tool_type(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in ("function", "namespace") else "hosted"
+    return kind if kind in ("function", "namespace", "custom") else "hosted"
 
 
 Tool = Annotated[
     Annotated[FunctionTool, Tag("function")]
     | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[CustomTool, Tag("custom")]
     | Annotated[HostedTool, Tag("hosted")],
     Discriminator(_tool_type),
 ]
 
 
 class FunctionChoice(ItemModel):
-    type: Literal["function"]
+    type: Literal["function", "custom"]
     name: str
 
 
@@ -237,16 +286,23 @@ class ResponsesRequest(WireModel):
     def functions(self) -> dict[str, tuple[FunctionTool, str | None]]:
         """The functions the model is shown, by the name it calls them with, each with its namespace: a
         namespace's function keeps its own name unless another tool has it (then `namespace__name`)."""
-        plain = {tool.name for tool in self.tools or [] if isinstance(tool, FunctionTool)}
+        plain = {tool.name for tool in self.tools or [] if isinstance(tool, FunctionTool | CustomTool)}
         shown: dict[str, tuple[FunctionTool, str | None]] = {}
         for tool in self.tools or []:
             if isinstance(tool, FunctionTool):
                 shown[tool.name] = (tool, None)
+            elif isinstance(tool, CustomTool):
+                shown[tool.name] = (tool.as_function(), None)
             elif isinstance(tool, NamespaceTool):
                 for inner in tool.tools:
                     name = inner.name if inner.name not in plain else f"{tool.name}__{inner.name}"
                     shown[name] = (inner, tool.name)
         return shown
+
+    @cached_property
+    def custom(self) -> set[str]:
+        """The names of the custom tools: their calls are `custom_tool_call` items with a text input."""
+        return {tool.name for tool in self.tools or [] if isinstance(tool, CustomTool)}
 
     def called(self, shown: str) -> tuple[str, str | None]:
         """A called function's own name and namespace, from the name the model called it by."""
@@ -265,6 +321,8 @@ class ResponsesRequest(WireModel):
         served = (*REFUSED, "prompt_cache_key")  # the cache key keeps a conversation on one node (`chat_request`)
         names = [name for name in (self.model_extra or {}) if name not in served]
         names += [f"tools.{i}" for i, tool in enumerate(self.tools or []) if isinstance(tool, HostedTool)]
+        grammars = enumerate(self.tools or [])
+        names += [f"tools.{i}.format" for i, tool in grammars if isinstance(tool, CustomTool) and tool.grammar]
         if self.text is not None and self.text.verbosity is not None:
             names.append("text.verbosity")
         return names
@@ -273,7 +331,7 @@ class ResponsesRequest(WireModel):
     @classmethod
     def _function_choice_only(cls, value: Any) -> Any:
         kind = value.get("type") if isinstance(value, dict) else None
-        if kind is not None and kind != "function":
+        if kind is not None and kind not in ("function", "custom"):
             raise InvalidRequest(
                 f"tool_choice of type {kind!r} is not supported by this server: use `none`, `auto`, `required` "
                 'or {"type": "function", "name": ...}.',

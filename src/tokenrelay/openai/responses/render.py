@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,7 @@ def _format(body: ResponsesRequest) -> dict[str, Any]:
 def _tool_choice(body: ResponsesRequest) -> Any:
     choice = body.tool_choice
     if isinstance(choice, FunctionChoice):
-        return {"type": "function", "name": choice.name}
+        return {"type": choice.type, "name": choice.name}
     return choice or "auto"
 
 
@@ -115,10 +116,25 @@ def message_item(item_id: str, status: str, parts: list[Item]) -> Item:
 def function_call_item(
     body: ResponsesRequest, item_id: str, call_id: str, shown: str, arguments: str, status: str
 ) -> Item:
-    """A call of the function the model knows as `shown`: by its own name, with its namespace if it has one."""
+    """A call of the function the model knows as `shown`: by its own name, with its namespace if it has one; a
+    custom tool's call with its text input."""
+    if shown in body.custom:
+        item = {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "name": shown}
+        return item | {"input": custom_input(arguments), "status": status}
     name, namespace = body.called(shown)
     item = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
     return item | ({"namespace": namespace} if namespace is not None else {}) | {"status": status}
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's text from the arguments of the function it was shown as (`{"input": ...}`); arguments of
+    another shape are the text itself."""
+    try:
+        decoded = json.loads(arguments)
+    except ValueError:
+        return arguments
+    text = decoded.get("input") if isinstance(decoded, dict) else None
+    return text if isinstance(text, str) else arguments
 
 
 def reasoning_item(item_id: str, status: str, text: str) -> Item:

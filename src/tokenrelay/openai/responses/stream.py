@@ -17,6 +17,7 @@ from tokenrelay.errors import APIError
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.render import (
     ResponseHead,
+    custom_input,
     error_body,
     function_call_item,
     message_item,
@@ -109,7 +110,7 @@ class ResponseStream:
     def _tool_call(self, event: ToolCallDelta) -> list[Payload]:
         out = self.opening()
         current = self.open
-        if current is None or current.item["type"] != "function_call" or current.item["_index"] != event.call_index:
+        if current is None or current.item.get("_index") != event.call_index:
             out += self._close()
             call_id = event.id or new_id("call")
             item = function_call_item(self.head.body, new_id("fc"), call_id, event.name or "", "", "in_progress")
@@ -117,7 +118,10 @@ class ResponseStream:
         assert self.open is not None
         if event.arguments:
             self.open.pieces.append(event.arguments)
-            out.append(self.payload("response.function_call_arguments.delta", **self._where(), delta=event.arguments))
+            # A custom tool's text is inside its JSON arguments: it goes out whole when the call ends (`_close`).
+            if self.open.item["type"] == "function_call":
+                delta = event.arguments
+                out.append(self.payload("response.function_call_arguments.delta", **self._where(), delta=delta))
         return out
 
     def _where(self, **extra: int) -> dict[str, Any]:
@@ -144,6 +148,13 @@ class ResponseStream:
             out = [
                 self.payload("response.output_text.done", **where, content_index=0, text=joined, logprobs=[]),
                 self.payload("response.content_part.done", **where, content_index=0, part=part),
+            ]
+        elif current.item["type"] == "custom_tool_call":
+            text = custom_input(joined)
+            item = _public(current.item) | {"input": text, "status": status}
+            out = [
+                self.payload("response.custom_tool_call_input.delta", **where, delta=text),
+                self.payload("response.custom_tool_call_input.done", **where, input=text),
             ]
         else:
             item = _public(current.item) | {"arguments": joined, "status": status}

@@ -15,10 +15,8 @@ from tokenrelay.errors import UNSUPPORTED_CONTENT, APIError, InvalidRequest
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.openai.responses.ids import new_id
 from tokenrelay.openai.responses.protocol import (
-    FunctionCallItem,
-    FunctionCallOutputItem,
+    InputItem,
     MessageItem,
-    ReasoningItem,
     ResponsesRequest,
     TextFormatJsonObject,
     TextFormatJsonSchema,
@@ -26,7 +24,16 @@ from tokenrelay.openai.responses.protocol import (
 from tokenrelay.protocol.chat import ChatCompletionRequest
 
 Item = dict[str, Any]
-ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+ID_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+}
+CALLS = ("function_call", "custom_tool_call")
+ANSWERS = ("function_call_output", "custom_tool_call_output")
 
 
 # Input → stored items ------------------------------------------------------------------------------
@@ -37,7 +44,7 @@ def input_items(body: ResponsesRequest) -> list[Item]:
     return [_item(item) for item in body.input]
 
 
-def _item(item: MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem) -> Item:
+def _item(item: InputItem) -> Item:
     if isinstance(item, MessageItem):
         content = item.content
         if isinstance(content, str):
@@ -75,8 +82,8 @@ class Conversation:
         if len(kept) <= 1:
             return False
         drop = 1
-        calls = {item["call_id"] for item in kept[1:] if item["type"] == "function_call"}
-        while drop < len(kept) - 1 and kept[drop]["type"] == "function_call_output":
+        calls = {item["call_id"] for item in kept[1:] if item["type"] in CALLS}
+        while drop < len(kept) - 1 and kept[drop]["type"] in ANSWERS:
             if kept[drop]["call_id"] in calls:
                 break
             drop += 1
@@ -153,7 +160,7 @@ def _messages(body: ResponsesRequest, conversation: Conversation) -> tuple[list[
         where = conversation.origin(position)
         if item["type"] == "reasoning":
             continue  # the model's own earlier thinking: chat has no place for it
-        if item["type"] == "function_call":
+        if item["type"] in CALLS:
             made.add(item["call_id"])
             call = {"id": item["call_id"], "type": "function", "function": _call(body, item)}
             last = messages[-1] if messages else None
@@ -161,7 +168,7 @@ def _messages(body: ResponsesRequest, conversation: Conversation) -> tuple[list[
                 last.setdefault("tool_calls", []).append(call)  # one assistant turn: its text and its calls
                 continue
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif item["type"] == "function_call_output":
+        elif item["type"] in ANSWERS:
             _check_answer(item, made, where)
             messages.append(
                 {"role": "tool", "tool_call_id": item["call_id"], "content": _content(item["output"], where)}
@@ -173,13 +180,15 @@ def _messages(body: ResponsesRequest, conversation: Conversation) -> tuple[list[
 
 
 def _call(body: ResponsesRequest, item: Item) -> Item:
+    if item["type"] == "custom_tool_call":  # shown to the model as a function of one string
+        return {"name": item["name"], "arguments": dumps({"input": item["input"]}).decode()}
     return {"name": body.shown_name(item["name"], item.get("namespace")), "arguments": item["arguments"]}
 
 
 def _check_answer(item: Item, made: set[str], where: str) -> None:
     if item["call_id"] not in made:
         raise InvalidRequest(
-            f"No function_call item with call_id {item['call_id']!r} comes before this function_call_output.",
+            f"No call item with call_id {item['call_id']!r} comes before this {item['type']}.",
             param=f"{where}.call_id" if where.startswith("input") else where,
         )
 

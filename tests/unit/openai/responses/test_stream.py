@@ -45,7 +45,9 @@ def head(**fields: Any) -> ResponseHead:
     return ResponseHead("resp_1", 1, parse(json.dumps({"model": "m", "input": "x", **fields}).encode()))
 
 
-async def feed(events: list[Event], fail: APIError | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+async def feed(
+    events: list[Event], fail: APIError | None = None, **fields: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     saved: list[dict[str, Any]] = []
 
     async def source() -> AsyncIterator[Events]:
@@ -57,7 +59,7 @@ async def feed(events: list[Event], fail: APIError | None = None) -> tuple[list[
     async def save(response: dict[str, Any]) -> None:
         saved.append(response)
 
-    payloads = [p async for chunk in stream_payloads(ResponseStream(head()), source(), save) for p in chunk]
+    payloads = [p async for chunk in stream_payloads(ResponseStream(head(**fields)), source(), save) for p in chunk]
     return payloads, saved
 
 
@@ -172,3 +174,23 @@ def test_reasoning_sent_back_in_the_input_is_kept_and_not_shown_to_the_model() -
     reasoning = {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]}
     body = parse(json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}, reasoning]}).encode())
     assert [item.type for item in body.input] == ["message", "reasoning"]  # type: ignore[union-attr]
+
+
+def test_a_custom_tools_call_streams_its_text_input_whole() -> None:
+    patch = {"type": "custom", "name": "apply_patch"}
+    calls = [
+        ToolCallDelta(0, 0, id="call_a", name="apply_patch", arguments='{"input": "line one'),
+        ToolCallDelta(0, 0, arguments='\\nline two"}'),
+    ]
+    payloads, saved = asyncio.run(feed([*calls, Finish(0, "tool_calls"), Usage(5, 3)], tools=[patch]))
+    kinds = [p["type"] for p in payloads]
+    assert "response.function_call_arguments.delta" not in kinds
+    done = next(p for p in payloads if p["type"] == "response.custom_tool_call_input.done")
+    assert done["input"] == "line one\nline two"
+    [item] = saved[0]["output"]
+    assert (item["type"], item["call_id"], item["name"]) == ("custom_tool_call", "call_a", "apply_patch")
+    assert item["input"] == done["input"]
+    collected = Collected()
+    for event in calls:
+        collected.add(event)
+    assert collected_response(head(tools=[patch]), collected)["output"][0]["input"] == done["input"]

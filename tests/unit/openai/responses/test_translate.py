@@ -186,3 +186,22 @@ def test_dropping_the_oldest_items_keeps_calls_with_their_answers() -> None:
     assert not conversation.drop_oldest()
     chat = translate.chat_request(body, conversation)
     assert [m.text() for m in chat.messages] == ["q2"]
+
+
+def test_a_custom_tool_is_shown_as_a_function_of_one_string_its_grammar_in_the_description() -> None:
+    lark = {"type": "grammar", "syntax": "lark", "definition": "start: /[a-z]+/"}
+    patch = {"type": "custom", "name": "apply_patch", "description": "Edit files.", "format": lark}
+    call = {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"}
+    answer = {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done."}
+    choice = {"type": "custom", "name": "apply_patch"}
+    raw = request(input=[{"role": "user", "content": "x"}, call, answer], tools=[patch], tool_choice=choice)
+    body, chat = parse(raw), chat_of(raw)
+    [tool] = chat.tools or []
+    assert tool.function.name == "apply_patch" and (tool.function.parameters or {})["required"] == ["input"]
+    assert "start: /[a-z]+/" in (tool.function.description or "")
+    assert body.ignored() == ["tools.0.format"]  # shown to the model, not enforced
+    sent = chat.messages[1].tool_calls[0].function  # type: ignore[union-attr]
+    assert (sent.name, json.loads(sent.arguments)) == ("apply_patch", {"input": "*** Begin Patch"})
+    assert isinstance(chat.messages[2], ToolMessage) and chat.messages[2].text() == "Done."
+    orphan = {"type": "custom_tool_call_output", "call_id": "c9", "output": "?"}
+    assert error_of(request(input=[{"role": "user", "content": "x"}, orphan], tools=[patch])).param == "input.1.call_id"

@@ -86,7 +86,7 @@ def test_requests_are_counted_timed_and_logged(json_server: Server) -> None:
     with pytest.raises(openai.NotFoundError):
         chat(json_server, "obs-unknown-model", model="no-such-model")
     with pytest.raises(openai.BadRequestError):
-        chat(json_server, "obs-bad-temperature", temperature=7)
+        chat(json_server, "obs-bad-temperature", temperature=7, stream=True)
     after = scrape(json_server, ADMIN)
 
     assert plain.id == "chatcmpl-obs-chat-plain"
@@ -132,6 +132,7 @@ def test_requests_are_counted_timed_and_logged(json_server: Server) -> None:
     assert (missing["status"], missing["error"], missing["model"]) == (404, "model_not_found", "no-such-model")
     (invalid,) = json_request_lines(json_server, "obs-bad-temperature")
     assert invalid["status"] == 400 and invalid["ttft_ms"] is None
+    assert (invalid["model"], invalid["stream"]) == (DEFAULT_MODEL, True)  # what it asked for, though refused
 
 
 def test_busy_slots_while_streaming_and_a_cancelled_request(json_server: Server) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -14,7 +15,7 @@ from starlette.requests import Request
 from starlette.types import Receive
 
 from tokenrelay.api.server import services_of
-from tokenrelay.calls.record import ClientGone
+from tokenrelay.calls.record import Call, ClientGone
 from tokenrelay.errors import INVALID_JSON, InvalidRequest, from_validation_error
 from tokenrelay.protocol.common import GenerationRequest
 
@@ -29,14 +30,32 @@ MAX_BODY_BYTES = 32 << 20
 # Deeper than any real request goes (pydantic's JSON parser itself stops near 200 levels). Checked before any
 # parser sees the body: the standard library's raises RecursionError on deep input and some C parsers crash.
 MAX_DEPTH = 128
+MAX_MODEL_CHARS = 256
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _OPENERS, _CLOSERS = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
 
 
-async def parse_body(request: Request, model: type[Model], max_n: int) -> Model:
-    parsed = validate_json(model, await read_body(request.receive), {"max_n": max_n})
+async def parse_body(request: Request, call: Call, model: type[Model], max_n: int) -> Model:
+    raw = await read_body(request.receive)
+    with claims_noted(call, raw):
+        parsed = validate_json(model, raw, {"max_n": max_n})
     _note_extras(request, parsed)
     return parsed
+
+
+@contextmanager
+def claims_noted(call: Call, raw: bytes) -> Iterator[None]:
+    """Validation of a generation's body: when it fails, the model and `stream` the body asks for are noted on
+    the call first, so that the request log and the ledger name them for an invalid request too."""
+    try:
+        yield
+    except InvalidRequest:
+        claimed = _shallow_json(raw)
+        if isinstance(claimed, dict):
+            model, stream = claimed.get("model"), claimed.get("stream")
+            call.model = model[:MAX_MODEL_CHARS] if isinstance(model, str) else call.model
+            call.streamed = stream if isinstance(stream, bool) else call.streamed
+        raise
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -98,6 +117,15 @@ def check_depth(body: bytes) -> None:
         raise InvalidRequest(
             f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels.", code=INVALID_JSON
         )
+
+
+def _shallow_json(body: bytes) -> Any:
+    """The body parsed, or None when it is not JSON or nests too deep to parse safely."""
+    try:
+        check_depth(body)
+    except InvalidRequest:
+        return None
+    return _parsed(body)
 
 
 def _parsed(body: bytes) -> Any:

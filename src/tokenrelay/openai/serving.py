@@ -54,7 +54,7 @@ async def handle(request: Request, endpoint: Endpoint) -> Response:
 
 
 async def _generate(endpoint: Endpoint, request: Request, call: Call, services: Server) -> Response:
-    body = await parse_body(request, endpoint.request_model, services.settings.max_n)
+    body = await parse_body(request, call, endpoint.request_model, services.settings.max_n)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
     backend = await services.admit(call, body)
     call.backend = backend.kind

@@ -23,7 +23,7 @@ from tokenrelay.anthropic.messages.translate import to_chat
 from tokenrelay.api.collect import collect
 from tokenrelay.api.ignored import ignored_header
 from tokenrelay.api.lifecycle import run_call, stream_or_collect
-from tokenrelay.api.parsing import read_body, validate_json
+from tokenrelay.api.parsing import claims_noted, read_body, validate_json
 from tokenrelay.api.relayed import forwarded_headers, relayed_response, relays
 from tokenrelay.api.server import Server, caller_of, services_of
 from tokenrelay.api.sse import NamedFraming
@@ -46,7 +46,8 @@ async def create_message(request: Request) -> Response:
 
 async def _create(request: Request, call: Call, services: Server) -> Response:
     raw = await read_body(request.receive)
-    body = validated(raw, MessagesRequest)
+    with claims_noted(call, raw):
+        body = validated(raw, MessagesRequest)
     chat = to_chat(body, stream=bool(body.stream))
     call.model, call.streamed, call.user = body.model, bool(body.stream), chat.user
     backend = await services.admit(call, chat)

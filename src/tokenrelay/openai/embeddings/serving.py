@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from tokenrelay.api.disconnect import cancel_on_disconnect
 from tokenrelay.api.lifecycle import JSONBody
-from tokenrelay.api.parsing import read_body, validate_json
+from tokenrelay.api.parsing import claims_noted, read_body, validate_json
 from tokenrelay.api.server import Server
 from tokenrelay.backends.base import Embeddings, Usage
 from tokenrelay.calls.record import Call
@@ -23,7 +23,9 @@ ENDPOINT = "embeddings"  # the ledger's and the metrics' name for it
 
 async def respond(request: Request, call: Call, services: Server) -> Response:
     """What `run_call` runs for `POST /v1/embeddings`."""
-    body = validate_json(EmbeddingRequest, await read_body(request.receive))
+    raw = await read_body(request.receive)
+    with claims_noted(call, raw):
+        body = validate_json(EmbeddingRequest, raw)
     call.model, call.user = body.model, body.user
     backend = await services.admit(call, body)  # after it, the caller may know the model exists
     call.backend = backend.kind

@@ -26,7 +26,7 @@ from starlette.responses import Response
 from tokenrelay.api.collect import collect
 from tokenrelay.api.disconnect import cancel_on_disconnect
 from tokenrelay.api.lifecycle import JSONBody, run_call, streamed
-from tokenrelay.api.parsing import read_body, validate_json
+from tokenrelay.api.parsing import claims_noted, read_body, validate_json
 from tokenrelay.api.relayed import relayed_response, relays
 from tokenrelay.api.server import Server
 from tokenrelay.api.sse import NamedFraming
@@ -56,7 +56,8 @@ async def create_response(request: Request) -> Response:
 
 async def _respond(request: Request, call: Call, services: Server) -> Response:
     raw = await read_body(request.receive)
-    body = parse(raw)
+    with claims_noted(call, raw):
+        body = parse(raw)
     call.model, call.streamed, call.user = body.model, bool(body.stream), body.user
     if relays(await services.backend(body.model), ENDPOINT):
         return await _relay(request, call, services, body, raw)

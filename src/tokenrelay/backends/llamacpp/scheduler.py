@@ -374,7 +374,8 @@ class Scheduler:
             self._fail_batch(lane)
             return
         self.stats.prompt_tokens_evaluated += sum(takes.values())
-        self.draft_costs.observe(batch.size, decode_seconds)
+        if lane.drafts:  # what a step of the lane that takes guesses costs, by its rows
+            self.draft_costs.observe(batch.size, decode_seconds)
         for seq_id, seq_rows in rows.items():
             self._sample_run(slots[seq_id], seq_rows, drafts[seq_id])
         for slot, first_row, start in chunks:

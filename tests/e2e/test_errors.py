@@ -80,7 +80,7 @@ COMPLETION_CASES = [
     ({"prompt": []}, "prompt"),
     ({"prompt": [[]]}, "prompt.0"),
     ({"prompt": 12}, "prompt"),
-    ({"prompt": "x " * 5000, "max_tokens": 1}, "prompt"),
+    ({"prompt": "x " * 40000, "max_tokens": 1}, "prompt"),  # more than the model's 32,768-token context
     ({"echo": "true"}, "echo"),
     ({"suffix": 3}, "suffix"),
 ]

@@ -2,7 +2,7 @@
 (`claude -p`, Messages API) each asked for one turn, with their own default settings.
 
 Run from a checkout: `python benchmarks/agents.py` (needs `npm i @openai/codex @anthropic-ai/claude-code` in
-`--npm-dir`). It starts `tokenrelay serve` with the context the agents' prompts need (or uses `--url`), points each
+`--npm-dir`). It starts `tokenrelay serve` with its defaults (or uses `--url`), points each
 CLI at it (a custom Codex provider with `wire_api = "responses"`; `ANTHROPIC_BASE_URL` for Claude Code, its
 non-essential traffic off), and prints what each answered and how long it took. Not part of the test run: a
 first turn evaluates the agent's whole prompt (about 9,000 tokens for Codex, 21,000 for Claude Code).
@@ -32,10 +32,10 @@ wire_api = "responses"
 ASK = "Reply with the single word: ready"
 
 
-def serve(work: Path, context: int) -> tuple[subprocess.Popen[bytes], str]:
+def serve(work: Path, context: int | None) -> tuple[subprocess.Popen[bytes], str]:
     port = 18741
     command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--data-dir", str(work / "data")]
-    command += ["--slots", "1", "--ctx-size", str(context)]
+    command += ["--max-context", str(context)] if context is not None else []
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -63,8 +63,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running tokenrelay (default: start one)")
     parser.add_argument("--npm-dir", type=Path, default=Path.cwd(), help="where the CLIs are installed")
-    parser.add_argument("--context", type=int, default=32768, help="context tokens of the started server's slot")
-    parser.add_argument("--codex-model", default="smollm2-135m-instruct")
+    parser.add_argument("--context", type=int, help="the started server's --max-context (default: the model's)")
+    # Codex's prompt is about 9,000 of SmolLM2's tokens, more than its 8,192: Gemma's context holds it.
+    parser.add_argument("--codex-model", default="gemma-3-270m")
     parser.add_argument("--claude-model", default="gemma-3-270m")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()

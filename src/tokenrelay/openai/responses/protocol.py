@@ -85,46 +85,43 @@ class MessageItem(ItemModel):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class FunctionCallItem(ItemModel):
+class CallItem(ItemModel):
+    """What every tool call item and its answer carry: the call's id, and the item's own id and status."""
+
+    call_id: Annotated[str, Field(min_length=1)]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class FunctionCallItem(CallItem):
     """A call the model made, sent back so the conversation shows it."""
 
     type: Literal["function_call"]
-    call_id: Annotated[str, Field(min_length=1)]
     name: str
     arguments: str
     namespace: str | None = None  # the namespace tool the function belongs to
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class FunctionCallOutputItem(ItemModel):
+class FunctionCallOutputItem(CallItem):
     """The result of a function call, answering its `call_id`."""
 
     type: Literal["function_call_output"]
-    call_id: Annotated[str, Field(min_length=1)]
     output: str | list[ContentPart]
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class CustomToolCallItem(ItemModel):
+class CustomToolCallItem(CallItem):
     """A call of a custom tool the model made, with its free-text input, sent back so the conversation shows it."""
 
     type: Literal["custom_tool_call"]
-    call_id: Annotated[str, Field(min_length=1)]
     name: str
     input: str
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class CustomToolCallOutputItem(ItemModel):
+class CustomToolCallOutputItem(CallItem):
     """The result of a custom tool call, answering its `call_id`."""
 
     type: Literal["custom_tool_call_output"]
-    call_id: Annotated[str, Field(min_length=1)]
     output: str | list[ContentPart]
-    id: str | None = None
 
 
 class ReasoningItem(ItemModel):

@@ -85,16 +85,16 @@ async def stream_or_collect(
     """The answer as a stream of `chunks()`, or as the JSON body `whole()` makes once the events are in (a client
     that leaves meanwhile cancels the generation)."""
     if stream:
-        return await streamed(request, chunks(), framing)
+        return await streamed(chunks(), framing, request.receive)
     with cancel_on_disconnect(request.receive):
         return JSONBody(await whole())
 
 
-async def streamed(request: Request, chunks: AsyncIterator[list[Piece]], framing: Framing[Piece]) -> Response:
+async def streamed(chunks: AsyncIterator[list[Piece]], framing: Framing[Piece], receive: Receive) -> Response:
     """The stream's response once its first chunks are in. Errors raised before the first chunks (validation inside
     the backend, a full queue) keep their HTTP status; later ones become an SSE error event followed by [DONE]. A
     client that leaves before them (during a long prompt) cancels the generation, as one waiting for JSON does."""
-    with cancel_on_disconnect(request.receive):
+    with cancel_on_disconnect(receive):
         first = await anext(chunks, None)
     return EventStream(first, chunks, framing)
 

@@ -122,7 +122,7 @@ async def test_a_client_leaving_mid_stream_cancels_the_generation_and_reports_on
             asyncio.get_running_loop().call_later(0.01, peer.leave)
 
     response = Ending(
-        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine()), OPENAI),
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine()), OPENAI, peer.receive),
         lambda: reports.append(outcome[:]),
     )
     await asyncio.wait_for(response(SCOPE, peer.receive, send), 1)
@@ -147,7 +147,7 @@ async def test_a_client_leaving_while_a_write_waits_closes_the_generation_before
             await asyncio.sleep(10)  # a client that reads nothing: the server's write waits
 
     response = Ending(
-        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine()), OPENAI),
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(engine()), OPENAI, peer.receive),
         lambda: reports.append(closed[:]),
     )
     await asyncio.wait_for(response(SCOPE, peer.receive, stuck), 1)

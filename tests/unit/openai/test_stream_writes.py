@@ -35,10 +35,6 @@ async def writes_of(events: AsyncIterator[Events]) -> list[list[bytes]]:
     body). The call is reported once, after the last body message."""
     bodies: list[dict[str, Any]] = []
     reports: list[int] = []  # the number of body messages sent when the call was reported
-    response = Ending(
-        await streamed(ChatChunker(META, want_logprobs=False).chunks(events), OPENAI),
-        lambda: reports.append(len(bodies)),
-    )
     done = asyncio.Event()
 
     async def send(message: dict[str, Any]) -> None:
@@ -51,6 +47,10 @@ async def writes_of(events: AsyncIterator[Events]) -> list[list[bytes]]:
         await done.wait()  # what a server answers a pending receive once the response is complete
         return {"type": "http.disconnect"}
 
+    response = Ending(
+        await streamed(ChatChunker(META, want_logprobs=False).chunks(events), OPENAI, receive),
+        lambda: reports.append(len(bodies)),
+    )
     await response({"type": "http"}, receive, send)
     assert [m["more_body"] for m in bodies] == [True] * (len(bodies) - 1) + [False]
     assert reports == [len(bodies)]
@@ -120,6 +120,6 @@ async def test_a_stream_is_reported_once_after_its_last_write_or_when_the_client
         return {"type": "http.disconnect"}
 
     events = ChatChunker(META, want_logprobs=False).chunks(engine())
-    response = Ending(await streamed(events, OPENAI), lambda: reports.append((len(sent), list(closed))))
+    response = Ending(await streamed(events, OPENAI, receive), lambda: reports.append((len(sent), list(closed))))
     await response({"type": "http"}, receive, gone_after_two)
     assert sent == [True, True] and reports == [(2, [True])]

@@ -73,7 +73,8 @@ async def _respond(request: Request, call: Call, services: Server) -> Response:
     save = functools.partial(_save, store, body, call.key_id, items, context)
     events = observed(fitted(backend, body, conversation, chat, call.ticket), call)
     if body.stream:
-        return await streamed(request, stream_payloads(ResponseStream(head), events, save), NamedFraming(error_event))
+        payloads = stream_payloads(ResponseStream(head), events, save)
+        return await streamed(payloads, NamedFraming(error_event), request.receive)
     # Not `stream_or_collect`: the save is outside the disconnect guard, so an answer that was made is stored.
     with cancel_on_disconnect(request.receive):
         response = collected_response(head, await collect(events))

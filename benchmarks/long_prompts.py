@@ -25,14 +25,16 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+for folder in (ROOT / "src", ROOT / "tests" / "support", ROOT / "benchmarks"):
+    sys.path.insert(0, str(folder))
 
-from servers import free_port, shared_data_dir
+from servers import free_port, shared_data_dir  # noqa: E402
 
-from engine import MODEL, NO_EOS, Server, Stream, one, rss_mib, start, start_llama_server
-from peer_build import llama_server_binary
-from tokenrelay.backends.llamacpp.default_model import ensure_default_model
-from tokenrelay.backends.llamacpp.model import LlamaModel
+from engine import MODEL, NO_EOS, Server, Stream, one, rss_mib, start, start_llama_server  # noqa: E402
+from peer_build import llama_server_binary  # noqa: E402
+from tokenrelay.backends.llamacpp.default_model import ensure_default_model  # noqa: E402
+from tokenrelay.backends.llamacpp.model import LlamaModel  # noqa: E402
 
 SIZES = (500, 2000, 6000)  # prompt tokens, roughly
 WORDS = [
@@ -110,7 +112,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary (default: build one)")
-    parser.add_argument("--work-dir", type=Path, default=Path(__file__).resolve().parents[1] / ".bench-work")
+    parser.add_argument("--work-dir", type=Path, default=ROOT / ".bench-work")
     args = parser.parse_args()
     gguf = ensure_default_model(shared_data_dir())
     binary = args.llama_server or llama_server_binary(args.work_dir)

@@ -53,7 +53,7 @@ WORDS = [
 ]
 TURN_SIZE = 6000
 NEW_TOKENS = 50  # what turn 2 adds
-STREAMS = 4
+STREAMS = 3  # llama-server runs 4 slots: one stays free for the long prompt
 
 
 class Prompts:

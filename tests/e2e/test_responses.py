@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -253,6 +254,22 @@ def test_a_custom_tool_is_called_with_text_and_its_output_goes_back(client: open
     answer = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "README.md"}
     after = client.responses.create(input=[*ask, call, answer], tools=[shell], tool_choice="none", **GREEDY)  # type: ignore[list-item]
     assert after.output[0].type == "message"
+
+
+def test_a_custom_tools_regex_format_is_enforced(client: openai.OpenAI) -> None:
+    code = "[A-Z]{3}-[0-9]{4}"
+    ticket = {"type": "custom", "name": "ticket", "format": {"type": "grammar", "syntax": "regex", "definition": code}}
+    reply = client.responses.with_raw_response.create(
+        model=MODEL,
+        input="File a ticket for the broken build.",
+        tools=[ticket],  # type: ignore[list-item]
+        tool_choice={"type": "custom", "name": "ticket"},  # type: ignore[arg-type]
+        max_output_tokens=32,
+        temperature=0,
+    )
+    call = next(item for item in reply.parse().output if item.type == "custom_tool_call")
+    assert re.fullmatch(code, call.input)
+    assert "tools.0.format" not in reply.headers.get("x-tokenrelay-ignored-fields", "")  # served, so not named
 
 
 def test_a_json_schema_format_yields_valid_json(client: openai.OpenAI) -> None:

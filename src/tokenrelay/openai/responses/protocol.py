@@ -174,8 +174,9 @@ class NamespaceTool(ItemModel):
 
 class CustomTool(ItemModel):
     """A tool that takes free text instead of JSON arguments (OpenAI's `custom` tools, such as a patch tool). Every
-    backend is shown it as a function of one string, `input`; a call's input comes back as the text. A `grammar`
-    format is shown to the model in the description, not enforced."""
+    backend is shown it as a function of one string, `input`; a call's input comes back as the text. A `regex`
+    format becomes the string's `pattern` (the engine's decoder enforces it); a `lark` grammar is shown to the model
+    in the description, not enforced."""
 
     type: Literal["custom"]
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
@@ -183,17 +184,26 @@ class CustomTool(ItemModel):
     format: dict[str, Any] | None = None  # {"type": "text"} or {"type": "grammar", "syntax", "definition"}
 
     @property
-    def grammar(self) -> str | None:
+    def grammar(self) -> tuple[str, str] | None:
+        """The format's syntax and definition, for a grammar format."""
         fmt = self.format or {}
         definition = fmt.get("definition")
-        return definition if fmt.get("type") == "grammar" and isinstance(definition, str) else None
+        if fmt.get("type") != "grammar" or not isinstance(definition, str):
+            return None
+        return str(fmt.get("syntax", "lark")), definition
+
+    @property
+    def described_grammar(self) -> bool:
+        """The format is a grammar shown to the model but not enforced."""
+        return self.grammar is not None and self.grammar[0] != "regex"
 
     def as_function(self) -> FunctionTool:
         described = self.description or ""
-        if self.grammar is not None:
-            syntax = (self.format or {}).get("syntax", "lark")
-            described += f"\nThe input follows this {syntax} grammar:\n{self.grammar}"
-        text = {"type": "string", "description": "The tool's input, as free text."}
+        text: dict[str, Any] = {"type": "string", "description": "The tool's input, as free text."}
+        if self.grammar is not None and not self.described_grammar:
+            text["pattern"] = f"^(?:{self.grammar[1]})$"  # the whole input (a JSON Schema pattern may match a part)
+        elif self.grammar is not None:
+            described += f"\nThe input follows this {self.grammar[0]} grammar:\n{self.grammar[1]}"
         parameters = {"type": "object", "properties": {"input": text}, "required": ["input"]}
         return FunctionTool(type="function", name=self.name, description=described or None, parameters=parameters)
 
@@ -318,8 +328,8 @@ class ResponsesRequest(WireModel):
         served = (*REFUSED, "prompt_cache_key")  # the cache key keeps a conversation on one node (`chat_request`)
         names = [name for name in (self.model_extra or {}) if name not in served]
         names += [f"tools.{i}" for i, tool in enumerate(self.tools or []) if isinstance(tool, HostedTool)]
-        grammars = enumerate(self.tools or [])
-        names += [f"tools.{i}.format" for i, tool in grammars if isinstance(tool, CustomTool) and tool.grammar]
+        described = [isinstance(tool, CustomTool) and tool.described_grammar for tool in self.tools or []]
+        names += [f"tools.{i}.format" for i, shown in enumerate(described) if shown]
         if self.text is not None and self.text.verbosity is not None:
             names.append("text.verbosity")
         return names

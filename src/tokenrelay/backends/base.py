@@ -9,7 +9,7 @@ upstream nodes share one renderer, one ledger and one set of metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -167,6 +167,20 @@ class ModelCard:
     owned_by: str
     created: int
     context_length: int | None = None
+    slot_contexts: tuple[int, ...] = ()  # the embedded engine's slot sizes, narrowest first (`room_for`)
+
+    def room_for(self, prompt: int) -> int | None:
+        """The most tokens a request without max_tokens may take, prompt and answer, given `prompt` tokens (or a
+        bound on them): the slot it would run in (`unlimited_slot`), else the model's context."""
+        return unlimited_slot(self.slot_contexts, prompt) or self.context_length
+
+
+def unlimited_slot(contexts: Sequence[int], prompt: int) -> int | None:
+    """The cells of the slot a prompt without max_tokens runs in: the narrowest that the prompt fills at most half
+    of (room for the answer), else the widest that holds it; None when none does."""
+    holding = sorted(cells for cells in contexts if prompt < cells)
+    roomy = [cells for cells in holding if 2 * prompt <= cells]
+    return roomy[0] if roomy else (holding[-1] if holding else None)
 
 
 @dataclass(slots=True)

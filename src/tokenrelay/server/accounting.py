@@ -109,8 +109,11 @@ class Accounting:
         principal = call.principal
         if principal is None or not principal.limited:
             return None
-        context = backend.card.context_length or self.settings.accounting.default_context_tokens
-        bound = TokenBound(prompt_bound(body), completion_bound(body, context))
+        prompt = prompt_bound(body)
+        # A request without max_tokens may answer until its slot is full: on the engine, a slot of the size its
+        # prompt picks (a short one for a short prompt), else the model's context.
+        room = backend.card.room_for(prompt) or self.settings.accounting.default_context_tokens
+        bound = TokenBound(prompt, completion_bound(body, room))
         # Whichever of the model's nodes or fallbacks serves, the call costs at most this.
         pricing = self.prices.worst(body.model)
         cost = Charge(bound.total, worst_cost_micros(pricing, bound.prompt, bound.completion))

@@ -126,7 +126,8 @@ class LlamaCppBackend:
         self.vocabulary = GrammarVocabulary(model)
         self.model = model
         # Known only once the context exists; admission uses it to bound a request without max_tokens.
-        self.card = replace(self.card, context_length=self.scheduler.n_ctx)
+        contexts = tuple(sorted({lane.cells for lane in self.scheduler.lanes}))
+        self.card = replace(self.card, context_length=self.scheduler.n_ctx, slot_contexts=contexts)
         log.info(
             "model %s ready: %s, chat template %s, slots %s, weights %s; llama.cpp %s",
             self.card.id,

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 
-from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob
+from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob, unlimited_slot
 from tokenrelay.backends.llamacpp.context import LlamaContext, cells_per_sequence, step_rows
 from tokenrelay.backends.llamacpp.drafts import DraftCosts, lookup_draft
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
@@ -90,12 +90,9 @@ class Scheduler:
         `max_tokens`; without max_tokens, of those whose slots the prompt fills at most half of (the answer's room),
         else of the widest that hold the prompt. None when no lane can ever run it."""
         widths = sorted({lane.cells for lane in self.lanes if len(lane.slots) >= sequences})
-        if max_tokens is not None:
-            fitting = [cells for cells in widths if prompt + max_tokens <= cells]
-        else:
-            holding = [cells for cells in widths if prompt < cells]
-            fitting = [cells for cells in holding if 2 * prompt <= cells] or holding[-1:]
-        return fitting[0] if fitting else None
+        if max_tokens is None:
+            return unlimited_slot(widths, prompt)
+        return next((cells for cells in widths if prompt + max_tokens <= cells), None)
 
     def submit(self, job: Job) -> None:
         """Queue a job; an interactive one is refused (503) when the queue is full. Background jobs are never

@@ -8,9 +8,9 @@ compares a value only with constants) or with the clock:
   a forcing choice (`any`, `required`) needs `tools`, which an `if`/`then` could state, but the generator
   then fails to build some bodies (an array with its demanded element), so it is kept here;
 - a chat `tool` message answers a call an earlier assistant message made, a Messages `tool_result` block a
-  `tool_use` block of an earlier assistant message, and a Responses
-  `function_call_output` follows a `function_call` with the same `call_id` (as OpenAI refuses an orphan
-  output: there is no call for the model to read the answer of): an id equal to an earlier item's;
+  `tool_use` block of an earlier assistant message, and a Responses `function_call_output` (or
+  `custom_tool_call_output`) follows a call item with the same `call_id` (as OpenAI refuses an orphan output:
+  there is no call for the model to read the answer of): an id equal to an earlier item's;
 - `best_of` is at least `n`, and equals it when streaming: one number compared with another;
 - chat sends `tools` or the legacy `functions`, not both: two fields judged together;
 - the tools (or legacy `functions`) of a request have different names: a property compared across items,
@@ -247,11 +247,13 @@ def _continues_an_assistant(body: dict[str, Any]) -> bool:
 
 
 def _outputs_answer_calls(body: dict[str, Any]) -> bool:
-    """Responses: each `function_call_output` item follows a `function_call` item with its `call_id`."""
+    """Responses: each `function_call_output` (or `custom_tool_call_output`) item follows a call item with its
+    `call_id`."""
     items = body.get("input")
     if not isinstance(items, list):
         return True
-    return _answers_follow_calls(items, ("function_call", "call_id"), ("function_call_output", "call_id"))
+    calls, answers = ("function_call", "custom_tool_call"), ("function_call_output", "custom_tool_call_output")
+    return _answers_follow_calls(items, (calls, "call_id"), (answers, "call_id"))
 
 
 def _results_answer_uses(body: dict[str, Any]) -> bool:
@@ -260,18 +262,21 @@ def _results_answer_uses(body: dict[str, Any]) -> bool:
     for message in _items(body.get("messages")):
         content = message.get("content") if isinstance(message, dict) else None
         blocks += _items(content)
-    return _answers_follow_calls(blocks, ("tool_use", "id"), ("tool_result", "tool_use_id"))
+    return _answers_follow_calls(blocks, (("tool_use",), "id"), (("tool_result",), "tool_use_id"))
 
 
-def _answers_follow_calls(items: list[Any], call: tuple[str, str], answer: tuple[str, str]) -> bool:
-    """Each item of type `answer[0]` names, in its field `answer[1]`, the id (`call[1]`) of an earlier `call[0]`."""
+def _answers_follow_calls(
+    items: list[Any], call: tuple[tuple[str, ...], str], answer: tuple[tuple[str, ...], str]
+) -> bool:
+    """Each item of a type in `answer[0]` names, in its field `answer[1]`, the id (`call[1]`) of an earlier item of
+    a type in `call[0]`."""
     made: set[str | None] = set()
     for item in items:
         if not isinstance(item, dict):
             continue
-        if item.get("type") == call[0]:
+        if item.get("type") in call[0]:
             made.add(_id(item.get(call[1])))
-        elif item.get("type") == answer[0] and _id(item.get(answer[1])) not in made:
+        elif item.get("type") in answer[0] and _id(item.get(answer[1])) not in made:
             return False
     return True
 

@@ -64,3 +64,13 @@ def test_a_responses_input_of_reasoning_alone_is_kept_only_with_instructions() -
     assert not filter_case(None, case("/v1/responses", {"model": "m", "input": [reasoning]}))
     assert filter_case(None, case("/v1/responses", {"model": "m", "input": [reasoning], "instructions": "Hi."}))
     assert filter_case(None, case("/v1/responses", {"model": "m", "input": [reasoning, message]}))
+
+
+def test_a_responses_tool_output_is_kept_only_after_its_call() -> None:
+    ask = {"role": "user", "content": "x"}
+    custom_call = {"type": "custom_tool_call", "call_id": "c1", "name": "shell", "input": "ls"}
+    custom_answer = {"type": "custom_tool_call_output", "call_id": "c1", "output": "a.txt"}
+    assert filter_case(None, case("/v1/responses", {"model": "m", "input": [ask, custom_call, custom_answer]}))
+    assert not filter_case(None, case("/v1/responses", {"model": "m", "input": [ask, custom_answer]}))
+    function_answer = {"type": "function_call_output", "call_id": "c2", "output": "?"}
+    assert not filter_case(None, case("/v1/responses", {"model": "m", "input": [ask, custom_call, function_answer]}))

@@ -216,13 +216,17 @@ class Scheduler:
             self._place(job, free)
         self._admit_background()
 
+    def _lanes_for(self, job: Job) -> list[Lane]:
+        """The lanes that may run a job: of its width, with a slot per sequence."""
+        return [lane for lane in self.lanes if lane.cells == job.width and len(lane.slots) >= len(job.seqs)]
+
     def _room(self, job: Job) -> list[Slot]:
-        """Free slots of the job's width, in lanes with a free slot per sequence, background work preempted for
-        it if need be; empty when there is no room yet."""
-        lanes = [lane for lane in self.lanes if lane.cells == job.width and len(lane.slots) >= len(job.seqs)]
-        free = [slot for lane in lanes if len(lane.free()) >= len(job.seqs) for slot in lane.free()]
-        if free:
-            return free
+        """Free slots of the lanes that may run the job and have a free slot per sequence, background work
+        preempted for it if need be; empty when there is no room yet."""
+        lanes = self._lanes_for(job)
+        roomy = [free for free in (lane.free() for lane in lanes) if len(free) >= len(job.seqs)]
+        if roomy:
+            return [slot for free in roomy for slot in free]
         for lane in lanes:
             self._preempt(lane, len(job.seqs) - len(lane.free()))
             if len(lane.free()) >= len(job.seqs):
@@ -234,7 +238,7 @@ class Scheduler:
         `reserve` free (a background job that needs more than that leaves may have every slot, when nothing else
         runs there)."""
         for job in list(self._background) if not self._waiting else []:
-            free = [slot for lane in self.lanes if lane.cells == job.width for slot in self._spare(lane, job)]
+            free = [slot for lane in self._lanes_for(job) for slot in self._spare(lane, job)]
             if free:
                 self._background.remove(job)
                 self._place(job, free)

@@ -12,9 +12,11 @@ import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     SecretStr,
     WithJsonSchema,
     field_validator,
@@ -22,6 +24,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from tokenrelay.durations import KeepAlive
+from tokenrelay.models.source import parse_source
 from tokenrelay.nodeurl import NodeUrl
 
 # Served when no model is configured: a base model for completions and an instruct model for chat.
@@ -93,6 +97,21 @@ class EngineSettings(BaseModel):
         description="KV cache precision; f16 makes llama.cpp pick attention kernels by batch shape (not invariant)",
     )
     kv_unified: bool = Field(default=False, description="one KV buffer for all sequences (breaks batch invariance)")
+    # Residency: read from the top-level `engine` only (they bound the process, not one model).
+    max_loaded_models: int | None = Field(
+        default=None, ge=1, description="engine models loaded at once; loading one more unloads the least recently used"
+    )
+    max_memory: ByteSize | None = Field(
+        default=None,
+        description='memory for loaded engine models (weights + KV cache, e.g. "4GiB"); loading past it unloads the '
+        "least recently used idle ones",
+    )
+    keep_alive: KeepAlive = Field(
+        default=-1, description="seconds an idle engine model stays loaded (0: unload after each answer; -1: always)"
+    )
+    load_wait: float = Field(
+        default=300.0, gt=0, description="seconds a request waits for its model to load before a 503 with Retry-After"
+    )
     repack_weights: bool = Field(
         default=False,
         description="llama.cpp's repacked CPU weight layouts: multi-row kernels that break batch invariance",
@@ -351,6 +370,10 @@ class ModelSettings(BaseModel):
 
     id: str = Field(min_length=1)
     path: Path | None = None
+    source: str | None = Field(
+        default=None,
+        description="where the GGUF comes from: hf:org/repo[:quant or file], pulled through huggingface_hub",
+    )
     chat_template: Path | None = None
     engine: EngineSettings | None = None
     upstreams: list[UpstreamSettings] = Field(default_factory=list)
@@ -374,16 +397,30 @@ class ModelSettings(BaseModel):
         default=False,
         description="its embeddings keep their meaning when cut short (Matryoshka training): allows `dimensions`",
     )
+    pin: bool = Field(default=False, description="an engine model that stays loaded whatever the residency limits")
+    on_demand: bool = Field(default=False, description="an engine model loaded on its first request, not at start")
+    keep_alive: KeepAlive | None = Field(
+        default=None, description="seconds this engine model stays loaded when idle (default: engine.keep_alive)"
+    )
 
     @property
     def embedded(self) -> bool:
         """Whether this model runs on the embedded llama.cpp engine (alone or next to nodes)."""
-        return self.path is not None or not self.upstreams
+        return self.path is not None or self.source is not None or not self.upstreams
+
+    @field_validator("source")
+    @classmethod
+    def _source_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_source(value)
+        return value
 
     @model_validator(mode="after")
     def _has_a_backend(self) -> ModelSettings:
-        if self.path is None and not self.upstreams and self.id not in DEFAULT_MODEL_IDS:
-            raise ValueError(f"model {self.id!r} needs a GGUF `path` or at least one upstream")
+        if self.path is not None and self.source is not None:
+            raise ValueError(f"model {self.id!r} has both a GGUF `path` and a `source`; keep one")
+        if self.path is None and self.source is None and not self.upstreams and self.id not in DEFAULT_MODEL_IDS:
+            raise ValueError(f"model {self.id!r} needs a GGUF `path`, a Hub `source` or at least one upstream")
         return self
 
     @model_validator(mode="after")
@@ -474,6 +511,10 @@ class Settings(BaseSettings):
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     batches: BatchSettings = Field(default_factory=BatchSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    models_dir: Path | None = Field(
+        default=None, description="a folder of GGUF files, each served (loaded on demand) under its file name's stem"
+    )
+    _found_models: list[ModelSettings] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
     def _fallbacks_known_and_acyclic(self) -> Settings:
@@ -482,17 +523,46 @@ class Settings(BaseSettings):
             raise ValueError(problem)
         return self
 
+    @model_validator(mode="after")
+    def _scan_models_dir(self) -> Settings:
+        if self.models_dir is not None:
+            if not self.models_dir.is_dir():
+                raise ValueError(f"models_dir {str(self.models_dir)!r} is not a folder")
+            self._found_models = models_in(self.models_dir, self.models or self._default_models())
+        return self
+
     def served_models(self) -> list[ModelSettings]:
-        """Configured models, or the default models when none is configured."""
-        return self.models or [
-            ModelSettings(id=model_id, chat=model_id not in DEFAULT_BASE_MODELS) for model_id in DEFAULT_MODEL_IDS
-        ]
+        """Configured models (or the default models when none is configured), then those found in `models_dir`."""
+        return (self.models or self._default_models()) + self._found_models
+
+    @staticmethod
+    def _default_models() -> list[ModelSettings]:
+        return [ModelSettings(id=model_id, chat=model_id not in DEFAULT_BASE_MODELS) for model_id in DEFAULT_MODEL_IDS]
 
     def engine_for(self, model: ModelSettings) -> EngineSettings:
         return model.engine or self.engine
 
     def routing_for(self, model: ModelSettings | None) -> RoutingSettings:
         return (model.routing if model is not None else None) or self.routing
+
+
+# Not models of their own: a multimodal projector, and the later parts of a split GGUF (llama.cpp opens the first).
+_NOT_A_MODEL = re.compile(r"(mmproj|-0000[2-9]-of-|-000[1-9]\d-of-)", re.IGNORECASE)
+
+
+def models_in(folder: Path, configured: list[ModelSettings]) -> list[ModelSettings]:
+    """A model per GGUF in `folder` (its id the file name's stem, lowercased) that no configured model already
+    serves by path or id; each is loaded on its first request."""
+    taken_ids = {model.id for model in configured}
+    taken_paths = {model.path.resolve() for model in configured if model.path is not None}
+    found = []
+    for path in sorted(folder.glob("*.gguf")):
+        model_id = path.stem.lower()
+        if _NOT_A_MODEL.search(path.name) or model_id in taken_ids or path.resolve() in taken_paths:
+            continue
+        taken_ids.add(model_id)
+        found.append(ModelSettings(id=model_id, path=path, on_demand=True))
+    return found
 
 
 def expand_env(value: Any) -> Any:

@@ -309,3 +309,12 @@ class Tokenizer(Protocol):
     def detokenize(self, tokens: list[int]) -> str: ...
 
     async def chat_tokens(self, request: ChatCompletionRequest, *, opened: bool = True) -> list[int]: ...
+
+
+@runtime_checkable
+class OnDemand(Protocol):
+    """A backend that loads its model when a request needs it (`backends/resident.py`)."""
+
+    async def loaded(self) -> Backend:
+        """The backend that serves once the model is loaded (loading it now if it is not)."""
+        ...

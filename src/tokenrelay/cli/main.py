@@ -11,22 +11,25 @@ from pydantic import ValidationError
 
 from tokenrelay import __version__
 from tokenrelay.cli.keys import add_keys_commands, run_keys
+from tokenrelay.cli.models import add_models_command, run_models
 from tokenrelay.cli.problems import problem_lines
+from tokenrelay.cli.pull import add_pull_command, run_pull
 from tokenrelay.cli.usage import add_usage_command, run_usage
 from tokenrelay.config import Settings, load_settings
 from tokenrelay.errors import APIError
+from tokenrelay.models.source import default_model_id, is_hub_source
 from tokenrelay.observability.logs import configure_logging
 
 
 class ModelFlag(argparse.Action):
-    """`--model PATH` starts a model entry; a following `--model-id NAME` names it."""
+    """`--model PATH` (or `--model hf:org/repo...`) starts a model entry; a following `--model-id NAME` names it."""
 
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: Any, option: str | None = None
     ) -> None:
         models = list(getattr(namespace, "models", None) or [])
         if option == "--model":
-            models.append({"path": value})
+            models.append({"source": value} if is_hub_source(value) else {"path": value})
         elif not models or "id" in models[-1]:
             parser.error("--model-id must follow the --model it names")
         else:
@@ -43,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument(
-        "--model", action=ModelFlag, dest="models", metavar="PATH.gguf", help="GGUF file to serve (repeatable)"
+        "--model",
+        action=ModelFlag,
+        dest="models",
+        metavar="PATH.gguf",
+        help="GGUF file, or hf:org/repo[:QUANT|:FILE] from the Hugging Face Hub, to serve (repeatable)",
     )
     serve.add_argument(
         "--model-id", action=ModelFlag, dest="models", metavar="NAME", help="id of the preceding --model"
@@ -81,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_keys_commands(commands, store)
     add_usage_command(commands, store)
+    add_pull_command(commands)
+    add_models_command(commands, store)
     return parser
 
 
@@ -140,10 +149,15 @@ def overrides_from(args: argparse.Namespace, base: Settings) -> dict[str, Any]:
 
 def merge_models(base: Settings, flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Command-line models join the configured ones; a command-line model replaces one with the same id."""
-    given = [{"id": f.get("id") or Path(f["path"]).stem, "path": f["path"]} for f in flags]
+    given = [{**f, "id": f.get("id") or flag_model_id(f)} for f in flags]
     ids = {m["id"] for m in given}
     kept = [m.model_dump(exclude_none=True) for m in base.models if m.id not in ids]
     return kept + given
+
+
+def flag_model_id(flag: dict[str, Any]) -> str:
+    """A command-line model's id when no --model-id names it: the GGUF's stem, or the Hub repo's name lowercased."""
+    return default_model_id(flag["source"]) if "source" in flag else Path(flag["path"]).stem
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -187,13 +201,16 @@ def main(argv: list[str] | None = None) -> int:
             return serve(args)
         except ValidationError as exc:
             return invalid_settings(exc)
+    if args.command == "pull":
+        return run_pull(args)
     try:
         settings = settings_for(args)
     except ValidationError as exc:
         return invalid_settings(exc)
     configure_logging("warning")
     try:
-        return run_keys(args, settings) if args.command == "keys" else run_usage(args, settings)
+        runs = {"keys": run_keys, "usage": run_usage, "models": run_models}
+        return runs[args.command](args, settings)
     except ValidationError as exc:
         print(f"tokenrelay {args.command}: {problem_lines(exc)[0]}", file=sys.stderr)
         return 2

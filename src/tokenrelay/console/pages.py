@@ -1,8 +1,9 @@
-"""The console's pages: `GET /` (the chat playground), `GET /console/usage` (usage charts and keys) and
-`GET /console/batches` (the key's batches with their progress).
+"""The console's pages: `GET /` (the chat playground), `GET /console/usage` (usage charts and keys),
+`GET /console/batches` (the key's batches with their progress) and `GET /console/models` (the engine models'
+residency, with load and unload buttons).
 
 The pages themselves hold no data and need no key: their scripts call the API with the key the user gives
-them (the playground the public `/v1` API, the usage page the admin API).
+them (the playground and the batches page the public `/v1` API, the usage and models pages the admin API).
 """
 
 from __future__ import annotations
@@ -38,3 +39,8 @@ async def usage() -> FileResponse:
 @router.get("/console/batches")
 async def batches() -> FileResponse:
     return page("batches.html")
+
+
+@router.get("/console/models")
+async def models() -> FileResponse:
+    return page("models.html")

@@ -10,15 +10,26 @@ from starlette.responses import JSONResponse
 
 from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
-from tokenrelay.backends.base import Backend, ModelCard
+from tokenrelay.backends.base import Backend, ModelCard, OnDemand
 from tokenrelay.errors import ModelNotFound
 
 router = APIRouter()
 
 
+# Beyond OpenAI's four fields (clients ignore what they do not know, as with vLLM's `max_model_len`): whether an
+# engine model is in memory now, and what it takes there.
+RESIDENCY_FIELDS = ("state", "pinned", "memory_bytes", "memory_estimate_bytes")
+
+
 def model_body(backend: Backend) -> dict[str, Any]:
     card = backend.card
-    return {"id": card.id, "object": "model", "created": card.created, "owned_by": card.owned_by}
+    body: dict[str, Any] = {"id": card.id, "object": "model", "created": card.created, "owned_by": card.owned_by}
+    if card.context_length is not None:
+        body["context_length"] = card.context_length
+    if isinstance(backend, OnDemand):
+        status = backend.status()
+        body.update({name: status[name] for name in RESIDENCY_FIELDS if name in status})
+    return body
 
 
 @router.get("/v1/models")

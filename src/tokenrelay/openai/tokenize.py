@@ -18,7 +18,7 @@ from tokenrelay.api.parsing import validate_json
 from tokenrelay.api.server import caller_of, services_of
 from tokenrelay.apidoc.errors import error_responses
 from tokenrelay.apidoc.operations import json_body
-from tokenrelay.backends.base import Tokenizer
+from tokenrelay.backends.base import OnDemand, Tokenizer
 from tokenrelay.errors import InvalidRequest, ModelNotFound
 from tokenrelay.jsonbytes import dumps
 from tokenrelay.protocol.chat import ChatCompletionRequest, Message, NamedToolChoice, Tool, needs_list
@@ -62,10 +62,12 @@ class DetokenizeRequest(WireModel):
     tokens: list[Annotated[int, Field(ge=0)]]
 
 
-def _tokenizer(request: Request, model: str) -> Tokenizer:
+async def _tokenizer(request: Request, model: str) -> Tokenizer:
     if not caller_of(request).may_use(model):
         raise ModelNotFound(model)
     backend = services_of(request).registry.get(model)
+    if isinstance(backend, OnDemand):
+        backend = await backend.loaded()
     if not isinstance(backend, Tokenizer):
         raise InvalidRequest(f"The model `{model}` is served by a backend without a local tokenizer.", param="model")
     return backend
@@ -74,7 +76,7 @@ def _tokenizer(request: Request, model: str) -> Tokenizer:
 @router.post("/tokenize", openapi_extra=json_body(TokenizeBody), responses=error_responses(400, 404))
 async def tokenize(request: Request) -> JSONResponse:
     body = validate_json(TokenizeBody, await request.body()).root
-    backend = _tokenizer(request, body.model)
+    backend = await _tokenizer(request, body.model)
     if isinstance(body, TokenizeRequest):
         tokens = backend.tokenize(body.prompt, add_special=body.add_special)
     else:
@@ -88,4 +90,5 @@ async def tokenize(request: Request) -> JSONResponse:
 @router.post("/detokenize", openapi_extra=json_body(DetokenizeRequest), responses=error_responses(400, 404))
 async def detokenize(request: Request) -> JSONResponse:
     body = validate_json(DetokenizeRequest, await request.body())
-    return JSONResponse({"prompt": _tokenizer(request, body.model).detokenize(body.tokens)})
+    backend = await _tokenizer(request, body.model)
+    return JSONResponse({"prompt": backend.detokenize(body.tokens)})

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from tokenrelay.durations import KeepAlive
 from tokenrelay.errors import InvalidRequest
 
 MAX_STOP_SEQUENCES = 4
@@ -72,6 +73,9 @@ class GenerationRequest(WireModel):
     # Not in the OpenAI API, but llama.cpp's and vLLM's servers take it (and Anthropic's Messages API has it).
     top_k: Annotated[int, Field(ge=1)] | None = None
     user: str | None = None
+    # Ollama's: how long the engine keeps the model loaded once idle after this request ("5m", 0, -1: always);
+    # passed on to nodes as sent (an Ollama node honours it).
+    keep_alive: KeepAlive | None = None
 
     @field_validator("n")
     @classmethod

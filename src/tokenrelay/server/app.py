@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Match
 
 from tokenrelay import __version__
 from tokenrelay.admin import metrics as metrics_route
+from tokenrelay.admin import models as admin_models
 from tokenrelay.admin import nodes as admin_nodes
 from tokenrelay.admin import routes as admin_routes
 from tokenrelay.anthropic.messages import router as messages
@@ -60,6 +61,7 @@ ROUTERS = (
     metrics_route,
     admin_routes,
     admin_nodes,
+    admin_models,
 )
 
 

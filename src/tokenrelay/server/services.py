@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -21,6 +24,8 @@ from tokenrelay.backends.fallback import FallbackBackend, Fallbacks
 from tokenrelay.backends.llamacpp.default_model import DEFAULT_MODELS
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
 from tokenrelay.backends.registry import Registry
+from tokenrelay.backends.residency import Residency
+from tokenrelay.backends.resident import Keeping, ResidentModel
 from tokenrelay.backends.tokens import EngineCounter
 from tokenrelay.backends.upstream.backend import RoutedBackend
 from tokenrelay.backends.upstream.http1 import Pool
@@ -32,6 +37,7 @@ from tokenrelay.calls.reporting import FinishedCalls
 from tokenrelay.config import ModelSettings, Settings, UpstreamSettings
 from tokenrelay.errors import ModelNotFound
 from tokenrelay.limits.cost import Admitted
+from tokenrelay.models.hub import chat_template_from_repo, model_file
 from tokenrelay.observability.metrics import Metrics
 from tokenrelay.observability.metrics.batches import BatchProgress
 from tokenrelay.observability.metrics.multiprocess import shared_metrics_dir
@@ -71,9 +77,13 @@ class Services:
     batches: BatchStore = field(init=False)
     batch_runner: BatchRunner = field(init=False)
     falling_back: frozenset[str] = field(init=False)  # the models with fallbacks
+    residency: Residency = field(init=False)  # which engine models are loaded
+    hub_files: dict[str, Path] = field(init=False, default_factory=dict)  # the GGUFs of `source` models, by id
 
     def __post_init__(self) -> None:
         several = self.settings.workers > 1
+        engine = self.settings.engine
+        self.residency = Residency(engine.max_loaded_models, engine.max_memory)
         self.worker = os.getpid() if several else None
         self.metrics = Metrics(self.backend_statuses, self.batch_progress, shared_metrics_dir() if several else None)
         self.prices = PriceBook(self.settings.served_models(), self._nodes_of)
@@ -116,26 +126,51 @@ class Services:
         await self.accounting.start()
         await self.accounting.check_exposure()
         self.responses.start()
-        for model in self.settings.served_models():
-            backend = self._backend_for(model)
-            await backend.start()
+        models = self.settings.served_models()
+        # A Hub model's GGUF is found in the cache or downloaded once, before any engine is built, off the loop.
+        self.hub_files = {m.id: await asyncio.to_thread(model_file, m.source) for m in models if m.source is not None}
+        backends = [self._backend_for(model) for model in models]
+        # Pinned models load first, so that the residency limits never leave one of them out.
+        for model, backend in sorted(zip(models, backends, strict=True), key=lambda pair: not pair[0].pin):
+            if not model.on_demand:
+                await backend.start()
+        for backend in backends:
             self.registry.add(backend)
         await self.nodes.start()
 
     def _backend_for(self, model: ModelSettings) -> Backend:
         if not model.upstreams:
-            return self._engine_for(model)
-        engine = self._engine_for(model) if model.path is not None else None
+            return self._resident(model)
+        engine = self._engine_for(model) if model.embedded else None
         return self._routed(model.id, model, engine, model.upstreams)
 
+    def _resident(self, model: ModelSettings) -> ResidentModel:
+        """An engine model served alone: loaded at start or on demand, and unloaded within the residency limits."""
+        engine = self.settings.engine
+        keeping = Keeping(model.pin, engine.keep_alive if model.keep_alive is None else model.keep_alive)
+        first = self._engine_for(model)
+        return ResidentModel(
+            model.id,
+            first.path,
+            lambda: self._engine_for(model),
+            self.residency,
+            self.settings.engine_for(model),
+            keeping,
+            engine.load_wait,
+        )
+
     def _engine_for(self, model: ModelSettings) -> LlamaCppBackend:
-        path = model.path
-        if path is None:  # a default model (the settings allow no other without a path)
+        path = model.path if model.source is None else self.hub_files[model.id]  # pulled in `start`
+        if path is None:  # a default model (the settings allow no other without a path or a source)
             path = DEFAULT_MODELS[model.id](self.settings.data_dir)
         template = model.chat_template or self.settings.chat_template
         probes = self.settings.data_dir / "cpu-probes"
         engine = self.settings.engine_for(model)
-        return LlamaCppBackend(model.id, path, engine, template, probe_dir=probes, embeddings=model.embeddings)
+        # Asked in the load thread, and only when the GGUF carries no template of its own.
+        repo_template = None if model.source is None else partial(chat_template_from_repo, model.source)
+        return LlamaCppBackend(
+            model.id, path, engine, template, probe_dir=probes, embeddings=model.embeddings, repo_template=repo_template
+        )
 
     def _routed(
         self, model_id: str, model: ModelSettings | None, engine: Backend | None, nodes: list[UpstreamSettings]

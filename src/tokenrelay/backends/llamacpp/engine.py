@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
@@ -67,11 +67,13 @@ class LlamaCppBackend:
         chat_template: Path | None = None,
         probe_dir: Path | None = None,
         embeddings: bool = True,
+        repo_template: Callable[[], str | None] | None = None,
     ) -> None:
         self.card = ModelCard(id=model_id, owned_by="tokenrelay", created=int(path.stat().st_mtime))
         self.path = path
         self.engine_settings = engine
         self.template_override = chat_template
+        self.repo_template = repo_template  # the model repository's template, asked for when the GGUF has none
         self.model: LlamaModel | None = None
         self.template: ChatTemplate | None = None
         self.scheduler: Scheduler | None = None
@@ -83,10 +85,10 @@ class LlamaCppBackend:
         self.repacked = False
         self.repack_verdict: RepackVerdict | None = None
         self.cpu: dict[str, object] = {}  # what /health says of the kernels, fixed once the model is loaded
-        self._fingerprint = self._make_fingerprint(path)
+        self._fingerprint = self.fingerprint_of(path)
 
     @staticmethod
-    def _make_fingerprint(path: Path) -> str:
+    def fingerprint_of(path: Path) -> str:
         stat = path.stat()
         source = f"{path.name}:{stat.st_size}:{__version__}:{llama_cpp.__version__}"
         return "fp_" + hashlib.sha256(source.encode()).hexdigest()[:10]
@@ -113,7 +115,9 @@ class LlamaCppBackend:
         if self.embeddings_only:
             self._loaded_for_embeddings(model)
             return
-        source, origin = template_for(model.architecture, model.chat_template, self.template_override)
+        source, origin = template_for(
+            model.architecture, model.chat_template, self.template_override, self.repo_template
+        )
         bos, eos = model.special("bos"), model.special("eos")
         self.template = ChatTemplate(
             source,

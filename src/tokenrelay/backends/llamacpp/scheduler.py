@@ -589,6 +589,15 @@ class Scheduler:
 DEFAULT_MAX_CONTEXT = 32768  # a long slot's cells when the model's trained context is longer or unknown
 
 
+def long_lane_cells(settings: EngineSettings, trained_context: int | None) -> int | None:
+    """A long slot's cells (`max_context`, else the trained context up to 32768); None when a short slot holds as
+    many, so no long lane is made."""
+    cells = cells_per_sequence(settings.max_context or min(trained_context or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT))
+    if cells <= cells_per_sequence(settings.ctx_per_slot):
+        return None
+    return cells
+
+
 def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
     """The `slots` of `ctx_per_slot` cells, then `long_slots` lanes of one slot with `max_context` cells (by
     default the model's trained context) where that is longer.
@@ -600,10 +609,8 @@ def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
     prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
     short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
     lanes = [Lane.open(lambda: short, short.n_ctx_seq, settings.slots, reserve=settings.interactive_slots)]
-    cells = cells_per_sequence(
-        settings.max_context or min(model.n_ctx_train or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
-    )
-    if cells <= lanes[0].cells:
+    cells = long_lane_cells(settings, model.n_ctx_train)
+    if cells is None:
         return lanes
     for _ in range(settings.long_slots):
         pieces = step_rows(settings, 1, cells) - 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
@@ -25,12 +26,17 @@ def builtin_template(name: str) -> str:
     return files("tokenrelay").joinpath("templates", f"{name}.jinja").read_text()
 
 
-def template_for(architecture: str, embedded: str | None, override: Path | None) -> tuple[str, str]:
-    """Pick the template source and say where it came from: a file, the GGUF, a family default, ChatML."""
+def template_for(
+    architecture: str, embedded: str | None, override: Path | None, repo: Callable[[], str | None] | None = None
+) -> tuple[str, str]:
+    """Pick the template source and say where it came from: a file, the GGUF, the model's repository (asked only
+    when the GGUF has none), a family default, ChatML."""
     if override is not None:
         return override.read_text(), f"file {override}"
     if embedded:
         return embedded, "gguf"
+    if repo is not None and (from_repo := repo()):
+        return from_repo, "repository tokenizer_config.json"
     for prefix, name in FAMILY_TEMPLATES.items():
         if architecture.startswith(prefix):
             return builtin_template(name), f"built-in {name}"

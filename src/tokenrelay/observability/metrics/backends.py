@@ -49,6 +49,12 @@ ENGINE_STATS = (
     ),
     Stat("drafted_tokens", "tokenrelay_engine_drafted_tokens", "Prompt-lookup guesses decoded.", counter=True),
     Stat("accepted_drafts", "tokenrelay_engine_accepted_drafts", "Guesses the sampler drew anyway.", counter=True),
+    # Residency of engine models loaded on demand (backends/resident.py).
+    Stat("resident", "tokenrelay_model_resident", "1 while the engine model is in memory (loading included)."),
+    Stat("memory_bytes", "tokenrelay_model_memory_bytes", "Estimated memory of the model: weights plus KV cache."),
+    Stat("loads", "tokenrelay_model_loads", "Times the model was loaded.", counter=True),
+    Stat("unloads", "tokenrelay_model_unloads", "Times the model was unloaded.", counter=True),
+    Stat("load_seconds", "tokenrelay_model_load_seconds", "Seconds spent loading the model.", counter=True),
 )
 NODE_STATS = (
     Stat("in_flight", "tokenrelay_upstream_in_flight", "Requests in flight to an upstream node."),

@@ -89,3 +89,16 @@ def test_template_choice_order(tmp_path: Path) -> None:
     assert template_for("gemma3", "EMBEDDED", None) == ("EMBEDDED", "gguf")
     assert template_for("gemma3", None, None)[1] == "built-in gemma"
     assert template_for("mystery", None, None)[1] == "built-in chatml"
+
+
+def test_the_model_repositorys_template_is_asked_for_only_when_the_gguf_has_none() -> None:
+    asked: list[str] = []
+
+    def from_repo() -> str | None:
+        asked.append("asked")
+        return "REPO"
+
+    assert template_for("gemma3", "EMBEDDED", None, from_repo) == ("EMBEDDED", "gguf")
+    assert asked == []
+    assert template_for("gemma3", None, None, from_repo) == ("REPO", "repository tokenizer_config.json")
+    assert template_for("gemma3", None, None, lambda: None)[1] == "built-in gemma"

@@ -528,12 +528,12 @@ class Settings(BaseSettings):
         if self.models_dir is not None:
             if not self.models_dir.is_dir():
                 raise ValueError(f"models_dir {str(self.models_dir)!r} is not a folder")
-            self._found_models = models_in(self.models_dir, self.models or self._default_models())
+            self._found_models = models_in(self.models_dir, self.models)
         return self
 
     def served_models(self) -> list[ModelSettings]:
-        """Configured models (or the default models when none is configured), then those found in `models_dir`."""
-        return (self.models or self._default_models()) + self._found_models
+        """Configured models, then those found in `models_dir`; the default models when there are neither."""
+        return (self.models + self._found_models) or self._default_models()
 
     @staticmethod
     def _default_models() -> list[ModelSettings]:
@@ -547,6 +547,7 @@ class Settings(BaseSettings):
 
 
 # Not models of their own: a multimodal projector, and the later parts of a split GGUF (llama.cpp opens the first).
+_SPLIT_SUFFIX = re.compile(r"-00001-of-\d{5}$", re.IGNORECASE)
 _NOT_A_MODEL = re.compile(r"(mmproj|-0000[2-9]-of-|-000[1-9]\d-of-)", re.IGNORECASE)
 
 
@@ -557,7 +558,9 @@ def models_in(folder: Path, configured: list[ModelSettings]) -> list[ModelSettin
     taken_paths = {model.path.resolve() for model in configured if model.path is not None}
     found = []
     for path in sorted(folder.glob("*.gguf")):
-        model_id = path.stem.lower()
+        model_id = _SPLIT_SUFFIX.sub(
+            "", path.stem
+        ).lower()  # a split GGUF is named after its first part, less the count
         if _NOT_A_MODEL.search(path.name) or model_id in taken_ids or path.resolve() in taken_paths:
             continue
         taken_ids.add(model_id)

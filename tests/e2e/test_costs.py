@@ -100,3 +100,14 @@ def test_every_row_costs_its_prices_times_its_own_counts(priced: Priced) -> None
     assert 1 <= cut_row["completion_tokens"] < 256 and cut_row["cost"] == expected_cost(cut_row)
     unpriced = next(row for row in rows if row["model"] == DEFAULT_MODEL)
     assert (unpriced["priced"], unpriced["cost"]) == (False, 0) and unpriced["completion_tokens"] == 3
+
+
+def test_a_chat_prompt_on_the_engine_reserves_its_exact_tokens(priced: Priced) -> None:
+    """A key allowed 60 tokens a minute sends a chat whose prompt is far under its JSON-based bound: the engine
+    counts the prompt itself, so the request fits; a second one, over the minute's tokens, does not."""
+    key = create_key(priced.url, "tight", "--tpm", "60")
+    client = priced.server.client(api_key=key)
+    first = client.chat.completions.create(**chat(messages=[{"role": "user", "content": "Hi."}], max_tokens=2))
+    assert first.usage is not None and first.usage.total_tokens <= 60
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(**chat(messages=[{"role": "user", "content": "Hi."}], max_tokens=30))

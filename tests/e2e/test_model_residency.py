@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from accounting_support import sqlite_url
+from batch_support import FAST, chat_line, submit, wait_ended
 from gateway_support import wait_for
 from servers import SRC, Server, server_env, shared_data_dir, start_server
 
@@ -37,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         ],
     }
     (tmp / "tokenrelay.yaml").write_text(yaml.safe_dump(config))
-    server = start_server(tmp, "--config", str(tmp / "tokenrelay.yaml"))
+    server = start_server(tmp, "--config", str(tmp / "tokenrelay.yaml"), "--database-url", sqlite_url(tmp), env=FAST)
     try:
         yield server
     finally:
@@ -133,3 +135,15 @@ def test_the_models_command_lists_loads_and_unloads(server: Server) -> None:
     assert all(model in listing for model in (BASE, SMOL_A, SMOL_B))
     assert "unloaded" in models("unload", SMOL_A)
     assert states(server)[SMOL_A]["state"] == "unloaded"
+
+
+def test_an_embedding_request_and_a_batch_line_load_an_unloaded_model(server: Server) -> None:
+    client = server.client()
+    wait_for(lambda: states(server)[SMOL_B]["state"] == "unloaded", "smol-b unloaded")
+    loads = states(server)[SMOL_B]["loads"]
+    vectors = client.embeddings.create(model=SMOL_B, input=["a colour", "a shape"])
+    assert len(vectors.data) == 2 and len(vectors.data[0].embedding) > 0
+    wait_for(lambda: states(server)[SMOL_B]["state"] == "unloaded", "keep_alive 0 unloads smol-b again")
+    batch = wait_ended(client, submit(client, [chat_line("one", "Say hi.", model=SMOL_B)]))
+    assert batch.status == "completed" and batch.request_counts is not None and batch.request_counts.completed == 1
+    assert states(server)[SMOL_B]["loads"] == loads + 2

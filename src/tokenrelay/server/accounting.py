@@ -15,6 +15,8 @@ from tokenrelay.auth.keystore import KeyStore
 from tokenrelay.auth.loopback import is_loopback
 from tokenrelay.auth.verifier import KeyVerifier
 from tokenrelay.backends.base import Backend
+from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
+from tokenrelay.backends.resident import ResidentModel
 from tokenrelay.calls.record import Call
 from tokenrelay.config import Settings
 from tokenrelay.errors import QuotaExceeded, RateLimited
@@ -26,6 +28,7 @@ from tokenrelay.limits.shared_rates import SharedRates
 from tokenrelay.pricing.book import PriceBook
 from tokenrelay.pricing.cost import cost_micros, worst_cost_micros
 from tokenrelay.principal import Principal
+from tokenrelay.protocol.chat import ChatCompletionRequest
 from tokenrelay.store.database import create_engine, database_url, redacted
 from tokenrelay.store.migrate import upgrade
 from tokenrelay.usage.ledger import Ledger
@@ -109,7 +112,7 @@ class Accounting:
         principal = call.principal
         if principal is None or not principal.limited:
             return None
-        prompt = prompt_bound(body)
+        prompt = await prompt_tokens(body, backend)
         # A request without max_tokens may answer until its slot is full: on the engine, a slot of the size its
         # prompt picks (a short one for a short prompt), else the model's context.
         room = backend.card.room_for(prompt) or self.settings.accounting.default_context_tokens
@@ -168,3 +171,12 @@ def _rates(redis_url: str | None) -> FailoverRates | None:
 def _redis_where(redis_url: str) -> str:
     """The URL without its password, for the logs."""
     return redacted(make_url(redis_url))
+
+
+async def prompt_tokens(body: Admitted, backend: Backend) -> int:
+    """A chat prompt for an engine model served alone is counted exactly (its template and tokenizer make what
+    will run); everywhere else it is bounded: a node renders with its own template, and a model with fallbacks
+    may be served by another model's tokenizer."""
+    if isinstance(body, ChatCompletionRequest) and isinstance(backend, ResidentModel | LlamaCppBackend):
+        return (await backend.count_chat_prompt(body)).tokens
+    return prompt_bound(body)

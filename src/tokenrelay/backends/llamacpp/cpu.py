@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -70,6 +71,27 @@ def _probe_key(model_path: Path) -> str:
     stat = model_path.stat()
     parts = [" ".join(sorted(cpu_flags())), llama_cpp.__version__, *libraries, f"{model_path.name}:{stat.st_size}"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def invariance_key(model_path: Path, setup: dict[str, object]) -> str:
+    """What the batch-invariance probe's verdict depends on: the machine, the build, the model and `setup` (the
+    kernel switches, the KV type, repacking, the probe's width and prompt pieces)."""
+    switches = {name: os.environ.get(name) for name in sorted(os.environ) if name.startswith("GGML_")}
+    described = json.dumps({"setup": setup, "switches": switches}, sort_keys=True)
+    return hashlib.sha256(f"{_probe_key(model_path)}\n{described}".encode()).hexdigest()[:16]
+
+
+def kept_invariance(cache_dir: Path | None, key: str) -> bool | None:
+    """The verdict kept for `key` (None: never measured here)."""
+    if cache_dir is None or not (cache_dir / f"invariance-{key}.json").exists():
+        return None
+    return bool(json.loads((cache_dir / f"invariance-{key}.json").read_text())["invariant"])
+
+
+def keep_invariance(cache_dir: Path | None, key: str, *, invariant: bool) -> None:
+    if cache_dir is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        (cache_dir / f"invariance-{key}.json").write_text(json.dumps({"invariant": invariant}))
 
 
 def repack_verdict(model_path: Path, cache_dir: Path | None, command: list[str] | None = None) -> RepackVerdict:

@@ -28,7 +28,14 @@ from tokenrelay.backends.base import (
 )
 from tokenrelay.backends.llamacpp import prompts, spans
 from tokenrelay.backends.llamacpp.choices import Candidate, PromptRun, partial_usage, translate
-from tokenrelay.backends.llamacpp.cpu import RepackVerdict, cpu_report, repack_verdict
+from tokenrelay.backends.llamacpp.cpu import (
+    RepackVerdict,
+    cpu_report,
+    invariance_key,
+    keep_invariance,
+    kept_invariance,
+    repack_verdict,
+)
 from tokenrelay.backends.llamacpp.embedder import Embedder, embedder_for, embedding_status
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored
 from tokenrelay.backends.llamacpp.model import LlamaModel
@@ -125,8 +132,13 @@ class LlamaCppBackend:
             bos_token=model.token_text(bos) if bos is not None else "",
             eos_token=model.token_text(eos) if eos is not None else "",
         )
-        self.scheduler = Scheduler(model, self.engine_settings)
+        # The invariance probe decodes for seconds; its verdict is kept per machine, build, model and setup, so
+        # a model loaded again (on demand, or at the next start) serves at once.
+        probe = invariance_key(self.path, self._probe_setup())
+        self.scheduler = Scheduler(model, self.engine_settings, kept_invariance(self.probe_dir, probe))
         self.scheduler.start()
+        if self.scheduler.kernels_invariant:  # a failed probe (or a failed check) is measured again next time
+            keep_invariance(self.probe_dir, probe, invariant=True)
         self.vocabulary = GrammarVocabulary(model)
         self.model = model
         # Known only once the context exists; admission uses it to bound a request without max_tokens.
@@ -148,6 +160,12 @@ class LlamaCppBackend:
         self.model = model
         self.card = replace(self.card, context_length=self.embedder.context.max_tokens)
         log.info("model %s ready: %s, an embedding model (no generation)", self.card.id, model.architecture)
+
+    def _probe_setup(self) -> dict[str, object]:
+        """The settings the invariance probe's outcome depends on (beside the machine, build and model file)."""
+        settings = self.engine_settings
+        fields = ("threads", "slots", "ctx_per_slot", "prefill_chunk", "kv_type", "kv_unified", "batch_invariant")
+        return {name: getattr(settings, name) for name in fields} | {"repacked": self.repacked}
 
     def _repacking_allowed(self) -> bool:
         """Repacked weights only when configured and a child process has decoded with them here (see `cpu`)."""

@@ -42,7 +42,8 @@ _ABORTED = 2  # llama_decode's status when the abort callback stopped it
 class Scheduler:
     """Owns the context; everything below `run` executes on the scheduler thread only."""
 
-    def __init__(self, model: LlamaModel, settings: EngineSettings) -> None:
+    def __init__(self, model: LlamaModel, settings: EngineSettings, known_invariance: bool | None = None) -> None:
+        """`known_invariance`: the probe's verdict for this model, build, machine and settings, when one was kept."""
         self.model = model
         self.settings = settings
         self.lanes = open_lanes(model, settings)
@@ -54,7 +55,8 @@ class Scheduler:
         capacity = self.lanes[0].context.batch.capacity  # only the short slots' steps carry guesses
         self._draft_rows = 1 if model.recurrent else min(1 + settings.draft_tokens, capacity)
         self.draft_costs = DraftCosts(most_rows=self._draft_rows)
-        self.kernels_invariant: bool | None = None  # measured by the scheduler thread before its first step
+        # Measured by the scheduler thread before its first step, unless a verdict for the same setup was kept.
+        self.kernels_invariant: bool | None = known_invariance
         self._probed = threading.Event()
         self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
@@ -141,6 +143,9 @@ class Scheduler:
         self._abandon_all("The server is shutting down; retry on another replica.")
 
     def _probe(self) -> None:
+        if self.kernels_invariant is not None:
+            self._probed.set()
+            return
         lane = self.lanes[0]  # the kernels are the process's; the lane of many slots can show them side by side
         try:
             self.kernels_invariant = kernels_invariant(

@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from helpers import MODEL
 from servers import Server, shared_data_dir, start_server
 
-from tokenrelay.backends.llamacpp.cpu import repack_verdict
+from tokenrelay.backends.llamacpp.cpu import invariance_key, keep_invariance, kept_invariance, repack_verdict
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model
 
 SEGFAULT = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
@@ -56,3 +57,18 @@ def test_repacking_asked_for_is_probed_and_the_server_serves_either_way(tmp_path
         assert reply.usage.completion_tokens == 2
     finally:
         srv.stop()
+
+
+def test_an_invariance_verdict_is_kept_per_setup_and_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    probes = tmp_path / "probes"
+    setup = {"slots": 20, "kv_type": "q8_0"}
+    key = invariance_key(model, setup)
+    assert kept_invariance(probes, key) is None
+    keep_invariance(probes, key, invariant=True)
+    assert kept_invariance(probes, key) is True
+    assert kept_invariance(probes, invariance_key(model, setup | {"kv_type": "f16"})) is None
+    monkeypatch.setenv("GGML_CPU_TILED_MM_FORCE", "1")
+    assert kept_invariance(probes, invariance_key(model, setup)) is None  # another kernel choice: measured again
+    assert kept_invariance(None, key) is None

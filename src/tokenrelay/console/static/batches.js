@@ -1,6 +1,7 @@
 // The batches page reads the public Batch API with the tab's key: GET /v1/batches (the key's own batches; an
 // admin key sees all), and polls it while any listed batch is still running, so progress bars move live.
 import { errorText, KeyPrompt } from "./keyprompt.js";
+import { notify, showRows } from "./listing.js";
 
 const $ = (id) => document.getElementById(id);
 const keys = new KeyPrompt("tokenrelay.apiKey", { onForget: () => forgotten() });
@@ -53,14 +54,7 @@ function forgotten() {
 // batches: the list to draw, or null when there is none to show (a refusal, a forgotten key).
 function show(batches, problem = null) {
   notify(problem || actionProblem);
-  $("empty").hidden = batches === null || batches.length > 0;
-  $("dashboard").dataset.state = batches ? "ready" : "empty";
-  $("batches").tBodies[0].replaceChildren(...(batches || []).map(row));
-}
-
-function notify(problem) {
-  $("notice").hidden = !problem;
-  $("notice").textContent = problem || "";
+  showRows("batches", batches, row);
 }
 
 // ---- Rows ---------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The models page reads the admin API with the tab's admin key: GET /admin/models (each engine model's residency),
 // polled every few seconds since requests load and unload models too, and POST /admin/models/{id}/load|unload.
 import { errorText, KeyPrompt } from "./keyprompt.js";
+import { notify, showRows } from "./listing.js";
 
 const $ = (id) => document.getElementById(id);
 const REFUSED = [401, 403]; // 403: a valid key, but not an admin key
@@ -52,14 +53,7 @@ function forgotten() {
 // models: the list to draw, or null when there is none to show (a refusal, a forgotten key).
 function show(models, problem = null) {
   notify(problem || actionProblem);
-  $("empty").hidden = models === null || models.length > 0;
-  $("dashboard").dataset.state = models ? "ready" : "empty";
-  $("models").tBodies[0].replaceChildren(...(models || []).map(row));
-}
-
-function notify(problem) {
-  $("notice").hidden = !problem;
-  $("notice").textContent = problem || "";
+  showRows("models", models, row);
 }
 
 // ---- Rows ---------------------------------------------------------------------------------------

@@ -96,9 +96,14 @@ def test_the_stream_assembles_the_same_text_as_the_message(deployment: Deploymen
     body: dict[str, Any] = {"model": CHAT_MODEL, "max_tokens": 16, "messages": ASK, "extra_body": {"temperature": 0}}
     whole = client.messages.create(**body)
     with client.messages.stream(**body) as stream:
+        started = [event for event in stream if event.type == "message_start"]
+    with client.messages.stream(**body) as stream:
         deltas = list(stream.text_stream)
         final = stream.get_final_message()
     assert len(deltas) > 1
+    # message_start already carries the prompt's size, counted before the answer (cache reads included)
+    prompt = whole.usage.input_tokens + (whole.usage.cache_read_input_tokens or 0)
+    assert started and started[0].message.usage.input_tokens == prompt > 0
     assert "".join(deltas) == text_of(final) == text_of(whole)
     assert final.stop_reason == whole.stop_reason
     assert final.usage.output_tokens == whole.usage.output_tokens

@@ -1,8 +1,9 @@
 """Backend events → Messages API bodies: the whole `message`, or its stream's events.
 
 Each stream event is a dict whose `type` is also its SSE `event:` name (see `sse.py`). The input token counts
-are known only once the backend reports usage, so `message_start` carries zeros ("usage so far") and
-`message_delta` the final counts, which is how Anthropic's own stream and SDK treat them (totals overwrite).
+are final only once the backend reports usage: `message_start` carries the prompt's count where it was made
+beforehand (on the engine) and zeros otherwise ("usage so far"), and `message_delta` the final counts, which is how
+Anthropic's own stream and SDK treat them (totals overwrite).
 A node's reasoning (`reasoning_content`, or `reasoning` in newer vLLM) becomes a `thinking` block; its
 `signature` is empty, since no one here signs thinking.
 """
@@ -32,6 +33,7 @@ STOP_REASONS = {
 class MessageMeta:
     id: str
     model: str  # the model asked for, or the fallback that serves once one does
+    input_tokens: int = 0  # the prompt's tokens when counted before the answer (`message_start`), else 0
 
 
 def stop_reason(finish: str | None, stop_sequence: str | None, called: bool) -> str:
@@ -111,7 +113,7 @@ class MessageStreamer:
         self.usage = Usage()
 
     def opening(self) -> list[Chunk]:
-        message = _message(self.meta, [], None, None) | {"usage": usage_body(Usage())}
+        message = _message(self.meta, [], None, None) | {"usage": usage_body(Usage(self.meta.input_tokens))}
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 
     def event(self, event: Event) -> list[Chunk]:

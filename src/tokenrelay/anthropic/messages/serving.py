@@ -27,7 +27,7 @@ from tokenrelay.api.parsing import claims_noted, read_body, validate_json
 from tokenrelay.api.relayed import forwarded_headers, relayed_response, relays
 from tokenrelay.api.server import Server, caller_of, services_of
 from tokenrelay.api.sse import NamedFraming
-from tokenrelay.backends.base import NativeApi, NativeRequest, NodeBacked, Served
+from tokenrelay.backends.base import NativeApi, NativeRequest, NodeBacked, OnDemand, Served, Tokenizer
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.calls.request_ids import request_id_of
 from tokenrelay.errors import ModelNotFound
@@ -57,6 +57,10 @@ async def _create(request: Request, call: Call, services: Server) -> Response:
         return await relayed_response(request, call, backend, native, error_body)
     call.backend, call.ignored = backend.kind, body.ignored()
     meta = MessageMeta(id=f"msg_{call.request_id}", model=body.model)
+    if body.stream and isinstance(backend, Tokenizer | OnDemand):
+        # The engine counts the prompt exactly in milliseconds, so `message_start` tells the client its size at
+        # once (an agent shows its context use from it); a node's count comes only with its answer.
+        meta.input_tokens = (await backend.count_chat_prompt(chat)).tokens
     call.on_served = functools.partial(_served_by, meta)
     events = observed(backend.chat(chat, call.ticket), call)
 

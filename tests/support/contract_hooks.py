@@ -22,6 +22,8 @@ compares a value only with constants) or with the clock:
   judged by the kinds of all its items;
 - a node URL's IPv6 literal is an IPv6 address: the document gives the URL's shape, the standard library the
   address forms RFC 3986 allows (a pattern for all of them would be a page long).
+Invalid cases are all kept but one kind: an upload form whose extra field is a number, boolean or null, which a
+multipart form can only send as text, so the server receives a valid field.
 Every other rule must be in the document itself.
 
 The document names the served models as examples of `model`, so valid requests reach them. What a model can
@@ -63,9 +65,10 @@ def filter_case(ctx: Any, case: Any) -> bool:
     """Keeps a valid case only if it keeps the rules between fields too. Invalid cases (values of any type)
     are the server's to refuse, and are all kept. Case hooks, not body or query hooks: the coverage phase
     applies only these."""
-    if case.meta is not None and not case.meta.generation.mode.is_positive:
-        return True
     path, body, query = case.operation.path, case.body, case.query
+    if case.meta is not None and not case.meta.generation.mode.is_positive:
+        return not (path == "/v1/files" and isinstance(body, dict) and _scalar_beside_file(body))
+
     if isinstance(body, dict) and not (_body_fits(path, body) and _within_models(path, body)):
         return False
     if path == "/admin/usage/series" and isinstance(query, dict):
@@ -95,6 +98,13 @@ def before_add_examples(ctx: Any, examples: list[Any]) -> None:
     """The examples phase applies no case hooks; its cases get the same treatment here."""
     kept = [map_case(ctx, case) for case in examples if filter_case(ctx, case)]
     examples[:] = kept
+
+
+def _scalar_beside_file(form: dict[str, Any]) -> bool:
+    """An upload form with an extra field that is a number, boolean or null: a form carries every value as text,
+    so the server receives valid text ("null", "1"), and such a case is not invalid on the wire."""
+    extra = [value for name, value in form.items() if name not in {"file", "purpose"}]
+    return any(value is None or isinstance(value, bool | int | float) for value in extra)
 
 
 def _own_model(registration: dict[str, Any]) -> None:

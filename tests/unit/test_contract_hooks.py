@@ -74,3 +74,15 @@ def test_a_responses_tool_output_is_kept_only_after_its_call() -> None:
     assert not filter_case(None, case("/v1/responses", {"model": "m", "input": [ask, custom_answer]}))
     function_answer = {"type": "function_call_output", "call_id": "c2", "output": "?"}
     assert not filter_case(None, case("/v1/responses", {"model": "m", "input": [ask, custom_call, function_answer]}))
+
+
+def test_an_invalid_upload_form_is_dropped_only_when_its_violation_cannot_reach_the_server() -> None:
+    def invalid(body: dict[str, Any]) -> SimpleNamespace:
+        negative = SimpleNamespace(generation=SimpleNamespace(mode=SimpleNamespace(is_positive=False)))
+        return SimpleNamespace(meta=negative, operation=SimpleNamespace(path="/v1/files"), body=body, query=None)
+
+    form = {"file": "x", "purpose": "batch"}
+    assert not filter_case(None, invalid(form | {"extra": None}))  # sent as the text "null": a valid field
+    assert not filter_case(None, invalid(form | {"extra": 3}))
+    assert filter_case(None, invalid(form | {"purpose": "fine-tune"}))  # the server sees this one
+    assert filter_case(None, invalid(form | {"extra": ["a", "b"]}))

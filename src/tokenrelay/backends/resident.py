@@ -95,6 +95,7 @@ class ResidentModel:
         self.loads = self.unloads = 0
         self.load_seconds = 0.0
         self._loading: asyncio.Task[None] | None = None
+        self._loading_engine: LlamaCppBackend | None = None  # the engine being loaded (its progress)
         self._idle_timer: asyncio.TimerHandle | None = None
         self._requested_keep_alive: float | None = None  # the last finished request's own keep_alive
         self._unloads: set[asyncio.Task[bool]] = set()  # keep-alive unloads under way (held so they are not collected)
@@ -148,7 +149,7 @@ class ResidentModel:
                 self.state = "loading"
                 started = time.monotonic()
                 log.info("loading model %s on demand", self.card.id)
-                engine = self._make_engine()
+                engine = self._loading_engine = self._make_engine()
                 try:
                     await engine.start()
                 except Exception as exc:
@@ -163,7 +164,7 @@ class ResidentModel:
                 self.last_used = time.monotonic()
                 log.info("model %s loaded in %.2f s", self.card.id, time.monotonic() - started)
         finally:
-            self._loading = None
+            self._loading, self._loading_engine = None, None
 
     async def unload(self, reason: str) -> bool:
         """Unload now unless a request is in flight (True when it was unloaded)."""
@@ -279,7 +280,9 @@ class ResidentModel:
         return self._fingerprint
 
     def status(self) -> dict[str, object]:
-        engine = self.engine.status() if self.engine is not None else {"backend": self.kind}
+        engine: dict[str, object] = self.engine.status() if self.engine is not None else {"backend": self.kind}
+        if self._loading_engine is not None:
+            engine["load_progress"] = round(self._loading_engine.load_fraction, 2)
         return engine | {
             "ready": True,
             "state": self.state,

@@ -26,9 +26,11 @@ class FakeEngine:
         self.path, self.log, self.load_seconds, self.fail = path, log, load_seconds, fail
         self.release = asyncio.Event()
         self.release.set()
+        self.load_fraction = 0.0
 
     async def start(self) -> None:
         self.log.append(f"load {self.card.id}")
+        self.load_fraction = 0.5
         await asyncio.sleep(self.load_seconds)
         if self.fail:
             raise RuntimeError("not a model")
@@ -152,6 +154,7 @@ def test_a_load_past_the_bound_is_a_503_and_a_failed_load_an_error_that_can_be_r
         with pytest.raises(Overloaded) as refused:
             await answer(slow)
         assert refused.value.headers["Retry-After"] and slow.state == "loading"
+        assert slow.status()["load_progress"] == 0.5  # what /health shows while it loads
         await answer(slow)  # the load went on: the retry finds it done
         assert slow.loads == 1
         for _ in range(2):

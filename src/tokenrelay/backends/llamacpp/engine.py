@@ -90,6 +90,7 @@ class LlamaCppBackend:
         self.embedder: Embedder | None = None
         self.embeddings_only = False  # an encoder GGUF (BERT and kin): no generation
         self.repacked = False
+        self.load_fraction = 0.0  # of the weights read, while loading (`/health` of a model loaded on demand)
         self.repack_verdict: RepackVerdict | None = None
         self.cpu: dict[str, object] = {}  # what /health says of the kernels, fixed once the model is loaded
         self._fingerprint = self.fingerprint_of(path)
@@ -109,11 +110,16 @@ class LlamaCppBackend:
     def _load(self) -> None:
         log.info("loading model %s from %s", self.card.id, self.path)
         progress = Progress(f"loading model {self.card.id}", log)
+
+        def loaded_so_far(fraction: float) -> None:
+            progress.update(fraction)
+            self.load_fraction = fraction
+
         self.repacked = self._repacking_allowed()
         model = LlamaModel(
             self.path,
             repack_weights=self.repacked,
-            on_progress=progress.update,
+            on_progress=loaded_so_far,
             batch_invariant=self.engine_settings.batch_invariant,
         )
         self.cpu = cpu_report(self.repacked, self.repack_verdict)

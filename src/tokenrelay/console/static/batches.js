@@ -1,7 +1,7 @@
 // The batches page reads the public Batch API with the tab's key: GET /v1/batches (the key's own batches; an
 // admin key sees all), and polls it while any listed batch is still running, so progress bars move live.
 import { errorText, KeyPrompt } from "./keyprompt.js";
-import { notify, showRows } from "./listing.js";
+import { cell, notify, showRows } from "./listing.js";
 
 const $ = (id) => document.getElementById(id);
 const keys = new KeyPrompt("tokenrelay.apiKey", { onForget: () => forgotten() });
@@ -76,13 +76,6 @@ function row(batch) {
     actionCell(batch),
   );
   return tr;
-}
-
-function cell(text, className) {
-  const td = document.createElement("td");
-  td.className = className;
-  td.textContent = text;
-  return td;
 }
 
 // A <progress> is a progressbar to assistive technology, its value and max read as aria-valuenow/-valuemax.

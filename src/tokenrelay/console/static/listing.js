@@ -13,3 +13,11 @@ export function notify(problem) {
   $("notice").hidden = !problem;
   $("notice").textContent = problem || "";
 }
+
+// One table cell of text.
+export function cell(text, className) {
+  const td = document.createElement("td");
+  td.className = className;
+  td.textContent = text;
+  return td;
+}

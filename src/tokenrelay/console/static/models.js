@@ -1,7 +1,7 @@
 // The models page reads the admin API with the tab's admin key: GET /admin/models (each engine model's residency),
 // polled every few seconds since requests load and unload models too, and POST /admin/models/{id}/load|unload.
 import { errorText, KeyPrompt } from "./keyprompt.js";
-import { notify, showRows } from "./listing.js";
+import { cell, notify, showRows } from "./listing.js";
 
 const $ = (id) => document.getElementById(id);
 const REFUSED = [401, 403]; // 403: a valid key, but not an admin key
@@ -73,13 +73,6 @@ function row(model) {
     actionCell(model),
   );
   return tr;
-}
-
-function cell(text, className) {
-  const td = document.createElement("td");
-  td.className = className;
-  td.textContent = text;
-  return td;
 }
 
 // Nothing in memory: what loading it would take, so the operator can judge whether it fits.

@@ -195,10 +195,23 @@ class BatchRunner:
             log.info("batch %s %s: %d answered, %d in the error file", batch["id"], state, len(outputs), len(errors))
 
     def _file(self, batch: dict[str, Any], kind: str, rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-        content = b"".join(dumps(row) + b"\n" for row in rows)
+        content = b"".join(jsonl_line(row) for row in rows)
         name = f"{batch['id']}_{kind}.jsonl"
         values = new_file_values(batch["key_id"], name, "batch_output", content, self.settings.output_retention_days)
         return kind, values
+
+
+# Characters JSON leaves raw inside strings but Python's `str.splitlines` (and some other readers) take for line
+# ends: NEL, LINE SEPARATOR, PARAGRAPH SEPARATOR. Written as escapes, a model's text never splits a line.
+_LINE_ENDS_IN_STRINGS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def jsonl_line(row: dict[str, Any]) -> bytes:
+    """One line of a batch's output or error file: the row's JSON, with nothing inside that reads as a line end."""
+    line = dumps(row)
+    for raw, escaped in _LINE_ENDS_IN_STRINGS:
+        line = line.replace(raw, escaped)
+    return line + b"\n"
 
 
 def _spent(answer: Answer) -> bool:

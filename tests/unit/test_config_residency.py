@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tokenrelay.cli.main import main
 from tokenrelay.config import DEFAULT_MODEL_IDS, load_settings
 
 
@@ -46,3 +47,9 @@ def test_residency_limits_are_checked() -> None:
     for wrong in ({"max_loaded_models": 0}, {"keep_alive": "soon"}, {"max_memory": "lots"}):
         with pytest.raises(ValidationError):
             load_settings(None, {"engine": wrong})
+
+
+def test_serve_names_a_missing_gguf_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere.gguf"
+    assert main(["serve", "--model", str(missing), "--model-id", "m", "--data-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"tokenrelay: model 'm': no GGUF file at {missing}\n"

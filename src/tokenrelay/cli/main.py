@@ -162,6 +162,11 @@ def flag_model_id(flag: dict[str, Any]) -> str:
 
 def serve(args: argparse.Namespace) -> int:
     settings = settings_for(args)
+    # A GGUF path that names no file is the commonest slip: one line now, not a traceback once the server starts.
+    for model in settings.served_models():
+        if model.path is not None and not model.path.is_file():
+            print(f"tokenrelay: model {model.id!r}: no GGUF file at {model.path}", file=sys.stderr)
+            return 2
     configure_logging(settings.log_level, settings.log_format)
     if settings.workers > 1:
         return serve_several(settings)

@@ -40,7 +40,7 @@ class Residency:
         if self.max_loaded is not None and len(others) + 1 > self.max_loaded:
             return False
         if self.max_memory is not None and others:  # a model alone always loads, even past the budget
-            return sum(m.memory_bytes for m in others) + model.memory_bytes <= self.max_memory
+            return sum(m.memory_estimate for m in others) + model.memory_estimate <= self.max_memory
         return True
 
     def victim(self, model: ResidentModel) -> ResidentModel | None:

@@ -114,10 +114,6 @@ class ResidentModel:
     def evictable(self) -> bool:
         return self.state == "loaded" and self.in_flight == 0 and self.waiting == 0 and not self.pinned
 
-    @property
-    def memory_bytes(self) -> int:
-        return self.memory_estimate
-
     # Loading and unloading -------------------------------------------------------------------------------
     async def start(self) -> None:
         """Load at start unless the limits are already full (then the first request loads it)."""
@@ -290,7 +286,7 @@ class ResidentModel:
             "pinned": self.pinned,
             "in_flight": self.in_flight,
             "resident": 1 if self.holds_memory else 0,
-            "memory_bytes": self.memory_bytes if self.holds_memory else 0,
+            "memory_bytes": self.memory_estimate if self.holds_memory else 0,
             "memory_estimate_bytes": self.memory_estimate,
             "loads": self.loads,
             "unloads": self.unloads,

@@ -148,10 +148,9 @@ class Services:
         """An engine model served alone: loaded at start or on demand, and unloaded within the residency limits."""
         engine = self.settings.engine
         keeping = Keeping(model.pin, engine.keep_alive if model.keep_alive is None else model.keep_alive)
-        first = self._engine_for(model)
         return ResidentModel(
             model.id,
-            first.path,
+            self._gguf_path(model),
             lambda: self._engine_for(model),
             self.residency,
             self.settings.engine_for(model),
@@ -159,10 +158,14 @@ class Services:
             engine.load_wait,
         )
 
-    def _engine_for(self, model: ModelSettings) -> LlamaCppBackend:
+    def _gguf_path(self, model: ModelSettings) -> Path:
         path = model.path if model.source is None else self.hub_files[model.id]  # pulled in `start`
         if path is None:  # a default model (the settings allow no other without a path or a source)
             path = DEFAULT_MODELS[model.id](self.settings.data_dir)
+        return path
+
+    def _engine_for(self, model: ModelSettings) -> LlamaCppBackend:
+        path = self._gguf_path(model)
         template = model.chat_template or self.settings.chat_template
         probes = self.settings.data_dir / "cpu-probes"
         engine = self.settings.engine_for(model)

@@ -49,7 +49,7 @@ from tokenrelay.backends.llamacpp.structured.toolstream import tool_events
 from tokenrelay.backends.llamacpp.structured.vocabulary import GrammarVocabulary
 from tokenrelay.backends.llamacpp.templates import ChatTemplate, template_for
 from tokenrelay.backends.llamacpp.textstream import TextStream
-from tokenrelay.backends.llamacpp.thinking import opened_by, thinking_events, thinks
+from tokenrelay.backends.llamacpp.thinking import opened_by, thinking_events
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import APIError, InvalidRequest
 from tokenrelay.observability.progress import Progress
@@ -295,7 +295,7 @@ class LlamaCppBackend:
         top = (request.top_logprobs or 0) if request.logprobs else None
         run = PromptRun(tokens=tokens, first_index=0)
         events = self._generate(request, ticket, [run], max_tokens, top, request.choices, None, output.grammar, limit)
-        if output.grammar is None and thinks(self._template.source):  # a grammar leaves no room for thinking
+        if output.grammar is None and self._template.thinks:  # a grammar leaves no room for thinking
             events = thinking_events(events, opened_by(self._model.detokenize(tokens[-8:])))
         if output.tools is not None:
             events = tool_events(events, output.tools)

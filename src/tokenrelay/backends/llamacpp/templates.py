@@ -14,6 +14,7 @@ from typing import Any
 from jinja2 import TemplateError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from tokenrelay.backends.llamacpp.thinking import thinks
 from tokenrelay.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class ChatTemplate:
     bos_token: str
     eos_token: str
     takes_tools: bool = field(init=False)  # the template reads a `tools` variable: it renders tools itself
+    thinks: bool = field(init=False)  # the template has a thinking section (`thinking.py`)
 
     def __post_init__(self) -> None:
         # Same environment options as transformers' `apply_chat_template`, so GGUF templates written for it
@@ -73,6 +75,7 @@ class ChatTemplate:
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         self._template = env.from_string(self.source)
         self.takes_tools = "tools" in meta.find_undeclared_variables(env.parse(self.source))
+        self.thinks = thinks(self.source)
 
     def render(
         self,

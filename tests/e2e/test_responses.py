@@ -272,6 +272,25 @@ def test_a_custom_tools_regex_format_is_enforced(client: openai.OpenAI) -> None:
     assert "tools.0.format" not in reply.headers.get("x-tokenrelay-ignored-fields", "")  # served, so not named
 
 
+def test_a_custom_tools_lark_grammar_is_enforced_and_a_bad_one_refused(client: openai.OpenAI) -> None:
+    lark = 'start: "add " NUMBER " " NUMBER\nNUMBER: /[0-9]{1,4}/\n'
+    adder = {"type": "custom", "name": "adder", "format": {"type": "grammar", "syntax": "lark", "definition": lark}}
+    forced = {"tools": [adder], "tool_choice": {"type": "custom", "name": "adder"}, "max_output_tokens": 32}
+    reply = client.responses.with_raw_response.create(
+        model=MODEL,
+        input="Add 12 and 30.",
+        temperature=0,
+        **forced,  # type: ignore[arg-type]
+    )
+    call = next(item for item in reply.parse().output if item.type == "custom_tool_call")
+    assert re.fullmatch("add [0-9]{1,4} [0-9]{1,4}", call.input)
+    assert "tools.0.format" not in reply.headers.get("x-tokenrelay-ignored-fields", "")  # served, so not named
+    broken = adder | {"format": {"type": "grammar", "syntax": "lark", "definition": "start: undefined_rule\n"}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=MODEL, input="Add.", tools=[broken], max_output_tokens=8)  # type: ignore[list-item]
+    assert refused.value.body["param"] == "tools" and "adder" in refused.value.body["message"]  # type: ignore[index]
+
+
 def test_a_json_schema_format_yields_valid_json(client: openai.OpenAI) -> None:
     schema = {
         "type": "object",

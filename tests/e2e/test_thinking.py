@@ -45,6 +45,9 @@ def test_the_thinking_section_is_reasoning_not_content(server: Server) -> None:
     # The model never closes the section within 12 tokens: all it wrote is reasoning.
     assert reasoning.strip() and not message.content
     assert reply.usage is not None and reply.usage.completion_tokens == 12
+    details = reply.usage.completion_tokens_details
+    # Counted by the tokenizer from the reasoning's text: within a token or two of the 12 generated.
+    assert details is not None and 10 <= (details.reasoning_tokens or 0) <= 12
     streamed = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=12, temperature=0, stream=True)
     deltas = [chunk.choices[0].delta.model_extra or {} for chunk in streamed if chunk.choices]
     assert "".join(delta.get("reasoning_content") or "" for delta in deltas) == reasoning
@@ -55,3 +58,12 @@ def test_the_messages_api_answers_with_a_thinking_block(server: Server) -> None:
     message = client.messages.create(model=MODEL, max_tokens=12, messages=ASK, extra_body={"temperature": 0})  # type: ignore[arg-type]
     kinds = [block.type for block in message.content]
     assert kinds[0] == "thinking" and "text" not in kinds
+
+
+def test_a_response_counts_its_reasoning_tokens(server: Server) -> None:
+    response = server.client().responses.create(
+        model=MODEL, input="What is two plus two?", max_output_tokens=12, temperature=0
+    )
+    assert response.output[0].type == "reasoning"
+    assert response.usage is not None and response.usage.output_tokens == 12
+    assert 10 <= response.usage.output_tokens_details.reasoning_tokens <= 12

@@ -85,6 +85,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens, those the model spent in its reasoning
     estimated: bool = False
 
     @property
@@ -205,6 +206,9 @@ async def aclose_quietly(events: AsyncIterator[object]) -> None:
         await aclose()
     except Exception:  # the backend's own cleanup failing must not hide the call's real outcome
         log.exception("closing a backend stream failed")
+
+
+ENGINE_KIND = "llama.cpp"  # the embedded engine's `kind`
 
 
 class Backend(Protocol):

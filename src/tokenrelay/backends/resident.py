@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tokenrelay.backends.base import Backend, Embeddings, Events, ModelCard, PromptCount, Ticket, aclose_quietly
+from tokenrelay.backends.base import (
+    ENGINE_KIND,
+    Backend,
+    Embeddings,
+    Events,
+    ModelCard,
+    PromptCount,
+    Ticket,
+    aclose_quietly,
+)
 from tokenrelay.backends.llamacpp.context import cells_per_sequence
 from tokenrelay.backends.llamacpp.engine import LlamaCppBackend
 from tokenrelay.backends.llamacpp.scheduler import long_lane_cells
@@ -63,7 +72,7 @@ class ResidentModel:
     """A `Backend` over an engine it loads on demand: requests hold it loaded while they run, and it is unloaded
     for room (least recently used first), after `keep_alive` idle seconds, or by the operator."""
 
-    kind = "llama.cpp"
+    kind = ENGINE_KIND
 
     def __init__(
         self,

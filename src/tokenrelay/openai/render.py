@@ -49,7 +49,7 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, "audio_tokens": 0},
         "completion_tokens_details": {
-            "reasoning_tokens": 0,
+            "reasoning_tokens": usage.reasoning_tokens,
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,

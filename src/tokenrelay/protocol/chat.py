@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.common import STREAM_OPTIONS_NEED_STREAM, GenerationRequest, WireModel, requires
@@ -121,6 +121,16 @@ class FunctionDef(WireModel):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    # A Responses custom tool's Lark grammar: the engine has the call's text follow it. Set by the Responses
+    # translation only, so it is never read from nor written to the wire (a node is shown the grammar instead).
+    _lark: str | None = PrivateAttr(default=None)
+
+    @property
+    def lark(self) -> str | None:
+        return self._lark
+
+    def follow_lark(self, grammar: str) -> None:
+        self._lark = grammar
 
 
 class Tool(WireModel):

@@ -16,6 +16,7 @@ import llama_cpp
 
 from tokenrelay import __version__
 from tokenrelay.backends.base import (
+    ENGINE_KIND,
     Embeddings,
     Event,
     Events,
@@ -65,7 +66,7 @@ T = TypeVar("T")
 class LlamaCppBackend:
     """A GGUF model served in-process with continuous batching."""
 
-    kind = "llama.cpp"
+    kind = ENGINE_KIND
 
     def __init__(
         self,
@@ -296,12 +297,16 @@ class LlamaCppBackend:
         run = PromptRun(tokens=tokens, first_index=0)
         events = self._generate(request, ticket, [run], max_tokens, top, request.choices, None, output.grammar, limit)
         if output.grammar is None and self._template.thinks:  # a grammar leaves no room for thinking
-            events = thinking_events(events, opened_by(self._model.detokenize(tokens[-8:])))
+            opened = opened_by(self._model.detokenize(tokens[-8:]))
+            events = thinking_events(events, opened, self._count_text)
         if output.tools is not None:
             events = tool_events(events, output.tools)
         async with aclosing(events):
             async for event in events:
                 yield event
+
+    def _count_text(self, text: str) -> int:
+        return len(self._model.tokenize(text, add_special=False, parse_special=False)) if text else 0
 
     def complete(self, request: CompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
         self._check_generates()

@@ -4,16 +4,17 @@ Reasoning models (Qwen3, DeepSeek-R1 and their distillations, ...) write `<think
 their templates either leave the model to open the section or open it in the generation prompt. What is inside
 becomes `reasoning_content` (`DeltaFields`), which every API renders as its own reasoning (a chat delta field,
 an Anthropic `thinking` block, a Responses `reasoning` item), as it does for a node's reasoning; the rest is the
-answer. A tag split across tokens is held back until it is whole.
+answer. A tag split across tokens is held back until it is whole. The request's usage counts the reasoning's
+tokens (`reasoning_tokens`) by the model's tokenizer, as the text of the section would be tokenized.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from enum import Enum
 
-from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta
+from tokenrelay.backends.base import DeltaFields, Event, Finish, TextDelta, Usage
 from tokenrelay.backends.llamacpp.textstream import partial_match
 
 OPEN, CLOSE = "<think>", "</think>"
@@ -42,6 +43,7 @@ class ThinkingSplitter:
         self.index = index
         self.part = Part.THINKING if opened else Part.START
         self.held = ""
+        self.reasoning: list[str] = []  # what the section held, for counting its tokens
 
     def feed(self, delta: TextDelta) -> list[Event]:
         if self.part is Part.ANSWER and not self.held:
@@ -83,15 +85,25 @@ class ThinkingSplitter:
         return [TextDelta(self.index, held), finish]
 
     def _reasoning(self, text: str) -> list[Event]:
-        return [DeltaFields(self.index, {"reasoning_content": text})] if text else []
+        if not text:
+            return []
+        self.reasoning.append(text)
+        return [DeltaFields(self.index, {"reasoning_content": text})]
 
 
-async def thinking_events(events: AsyncGenerator[Event, None], opened: bool) -> AsyncGenerator[Event, None]:
-    """The engine's events with each choice's thinking section turned into reasoning."""
+async def thinking_events(
+    events: AsyncGenerator[Event, None], opened: bool, count: Callable[[str], int]
+) -> AsyncGenerator[Event, None]:
+    """The engine's events with each choice's thinking section turned into reasoning, and the reasoning's
+    tokens (`count`) in the usage."""
     splitters: dict[int, ThinkingSplitter] = {}
     async with aclosing(events):
         async for event in events:
-            if isinstance(event, TextDelta):
+            if isinstance(event, Usage):
+                reasoned = sum(count("".join(splitter.reasoning)) for splitter in splitters.values())
+                event.reasoning_tokens = min(reasoned, event.completion_tokens)
+                outs: list[Event] = [event]
+            elif isinstance(event, TextDelta):
                 outs = splitters.setdefault(event.index, ThinkingSplitter(event.index, opened)).feed(event)
             elif isinstance(event, Finish):
                 outs = splitters.setdefault(event.index, ThinkingSplitter(event.index, opened)).finish(event)

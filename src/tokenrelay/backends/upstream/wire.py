@@ -99,10 +99,13 @@ def usage_of(body: dict[str, Any]) -> Usage | None:
         return None
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    output_details = usage.get("completion_tokens_details")
+    reasoning = output_details.get("reasoning_tokens") if isinstance(output_details, dict) else None
     return Usage(
         prompt_tokens=_int(usage.get("prompt_tokens")),
         completion_tokens=_int(usage.get("completion_tokens")),
         cached_tokens=_int(cached),
+        reasoning_tokens=_int(reasoning),
     )
 
 

@@ -176,7 +176,7 @@ class CustomTool(ItemModel):
     """A tool that takes free text instead of JSON arguments (OpenAI's `custom` tools, such as a patch tool). Every
     backend is shown it as a function of one string, `input`; a call's input comes back as the text. A `regex`
     format becomes the string's `pattern` (the engine's decoder enforces it); a `lark` grammar is shown to the model
-    in the description, not enforced."""
+    in the description, and the engine has the call's text follow it (`FunctionDef.lark`)."""
 
     type: Literal["custom"]
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
@@ -194,8 +194,13 @@ class CustomTool(ItemModel):
 
     @property
     def described_grammar(self) -> bool:
-        """The format is a grammar shown to the model but not enforced."""
+        """The format is a grammar shown to the model rather than made a JSON Schema pattern."""
         return self.grammar is not None and self.grammar[0] != "regex"
+
+    @property
+    def lark(self) -> str | None:
+        """The format's Lark grammar, if it is one."""
+        return self.grammar[1] if self.grammar is not None and self.grammar[0] == "lark" else None
 
     def as_function(self) -> FunctionTool:
         described = self.description or ""
@@ -307,6 +312,11 @@ class ResponsesRequest(WireModel):
         return shown
 
     @cached_property
+    def lark_grammars(self) -> dict[str, str]:
+        """The Lark grammars of custom tools, by tool name."""
+        return {tool.name: tool.lark for tool in self.tools or [] if isinstance(tool, CustomTool) and tool.lark}
+
+    @cached_property
     def custom(self) -> set[str]:
         """The names of the custom tools: their calls are `custom_tool_call` items with a text input."""
         return {tool.name for tool in self.tools or [] if isinstance(tool, CustomTool)}
@@ -323,12 +333,16 @@ class ResponsesRequest(WireModel):
         found = [shown for shown, (tool, space) in self.functions.items() if (tool.name, space) == (name, namespace)]
         return found[0] if found else name
 
-    def ignored(self) -> list[str]:
-        """The fields sent that are accepted without effect, as paths into the body."""
+    def ignored(self, follows_lark: bool = False) -> list[str]:
+        """The fields sent that are accepted without effect, as paths into the body; a Lark format has effect
+        only where the backend `follows_lark` (the engine)."""
         served = (*REFUSED, "prompt_cache_key")  # the cache key keeps a conversation on one node (`chat_request`)
         names = [name for name in (self.model_extra or {}) if name not in served]
         names += [f"tools.{i}" for i, tool in enumerate(self.tools or []) if isinstance(tool, HostedTool)]
-        described = [isinstance(tool, CustomTool) and tool.described_grammar for tool in self.tools or []]
+        described = [
+            isinstance(tool, CustomTool) and tool.described_grammar and not (follows_lark and tool.lark)
+            for tool in self.tools or []
+        ]
         names += [f"tools.{i}.format" for i, shown in enumerate(described) if shown]
         if self.text is not None and self.text.verbosity is not None:
             names.append("text.verbosity")

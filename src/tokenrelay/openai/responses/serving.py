@@ -30,7 +30,16 @@ from tokenrelay.api.parsing import claims_noted, read_body, validate_json
 from tokenrelay.api.relayed import relayed_response, relays
 from tokenrelay.api.server import Server
 from tokenrelay.api.sse import NamedFraming
-from tokenrelay.backends.base import Backend, Events, NativeApi, NativeRequest, Served, Ticket, aclose_quietly
+from tokenrelay.backends.base import (
+    ENGINE_KIND,
+    Backend,
+    Events,
+    NativeApi,
+    NativeRequest,
+    Served,
+    Ticket,
+    aclose_quietly,
+)
 from tokenrelay.backends.fallback import started
 from tokenrelay.calls.record import Call, observed
 from tokenrelay.errors import CONTEXT_LENGTH_EXCEEDED as CONTEXT_FULL
@@ -67,7 +76,7 @@ async def _respond(request: Request, call: Call, services: Server) -> Response:
     conversation = translate.Conversation(context, items)
     chat = translate.chat_request(body, conversation)
     backend = await services.admit(call, chat)
-    call.backend, call.ignored = backend.kind, body.ignored()
+    call.backend, call.ignored = backend.kind, body.ignored(follows_lark=backend.kind == ENGINE_KIND)
     head = ResponseHead(new_id("resp"), int(time.time()), body)
     call.on_served = functools.partial(_served_by, head)
     save = functools.partial(_save, store, body, call.key_id, items, context)

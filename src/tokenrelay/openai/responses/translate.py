@@ -130,9 +130,14 @@ def chat_request(body: ResponsesRequest, conversation: Conversation) -> ChatComp
     if response_format is not None:
         chat["response_format"] = response_format
     try:
-        return validate_json(ChatCompletionRequest, dumps(chat))
+        request = validate_json(ChatCompletionRequest, dumps(chat))
     except APIError as exc:
         raise relocated(exc, conversation) from None
+    for tool in request.tools or []:
+        grammar = body.lark_grammars.get(tool.function.name)
+        if grammar is not None:
+            tool.function.follow_lark(grammar)
+    return request
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ otherwise, and earlier calls and results rendered for the next turn."""
 from __future__ import annotations
 
 from tokenrelay.backends.llamacpp.prompts import template_messages
-from tokenrelay.backends.llamacpp.structured.toolformat import call_text
+from tokenrelay.backends.llamacpp.structured.toolformat import call_text, text_call
 from tokenrelay.backends.llamacpp.structured.toolprompt import tool_prompt
 from tokenrelay.backends.llamacpp.structured.toolspec import tool_spec
 from tokenrelay.backends.llamacpp.templates import ChatTemplate, builtin_template
@@ -48,6 +48,19 @@ def test_convention_lists_tools_and_the_call_syntax_in_the_system_turn() -> None
     assert "Be brief." in system and '"name": "get_weather"' in system and "Weather now." in system
     assert call_text("function name", "{...}") in system
     assert "You must call at least one function now." in system
+
+
+def test_a_function_that_follows_a_lark_grammar_is_shown_and_called_as_text() -> None:
+    patch = {"type": "function", "function": {"name": "apply_patch", "parameters": {"type": "object"}}}
+    sent = {"id": "call_7", "type": "function", "function": {"name": "apply_patch", "arguments": '{"input":"+a\\nb"}'}}
+    history = [{"role": "user", "content": "Fix it."}, {"role": "assistant", "content": None, "tool_calls": [sent]}]
+    request = ChatCompletionRequest.model_validate({"model": "m", "messages": history, "tools": [patch, WEATHER]})
+    [grammar_tool, _] = request.tools or []
+    grammar_tool.function.follow_lark('start: "+" /[a-z\\n]+/')
+    messages, _ = tool_prompt(template_messages(request), tool_spec(request), False)
+    text = gemma().render(messages, None)
+    assert text_call("apply_patch", "+a\nb") in text  # the earlier call, as the text it was
+    assert "`apply_patch` takes text, not JSON" in text and "`get_weather`" not in text
 
 
 def test_earlier_calls_and_results_render_in_order_for_the_next_turn() -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tokenrelay.backends.base import Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
-from tokenrelay.backends.llamacpp.structured.toolformat import call_text
+from tokenrelay.backends.llamacpp.structured.toolformat import call_text, text_call
 from tokenrelay.backends.llamacpp.structured.toolspec import ToolSpec
 from tokenrelay.backends.llamacpp.structured.toolstream import ToolCallParser, tool_events
 from tokenrelay.protocol.chat import FunctionDef
@@ -63,6 +63,19 @@ def test_first_delta_carries_id_and_name_then_only_argument_fragments() -> None:
     assert all(e.name is None for e in calls if e.id is None)
     assert len([e for e in calls if e.call_index == 0]) > 5  # streamed as generated, not at the end
     assert all(e.index == 2 for e in events)
+
+
+PATCH = '*** Begin Patch\n+print("a \\ b")\n*** End Patch'
+TEXT_OUTPUT = text_call("apply_patch", PATCH) + call_text("f", "{}")
+
+
+@pytest.mark.parametrize("size", [1, 3, 8, len(TEXT_OUTPUT)])
+def test_a_text_call_comes_out_as_its_text_in_json_arguments(size: int) -> None:
+    pieces = [TEXT_OUTPUT[i : i + size] for i in range(0, len(TEXT_OUTPUT), size)]
+    text, calls, reason = summary(run(ToolCallParser(0, SPEC), pieces))
+    assert text == "" and reason == "tool_calls"
+    assert [name for name, _ in calls] == ["apply_patch", "f"]
+    assert json.loads(calls[0][1]) == {"input": PATCH} and calls[1][1] == "{}"
 
 
 def test_text_that_only_looks_like_a_marker_start_is_released() -> None:

@@ -209,14 +209,19 @@ async def test_a_free_form_client_request_id_is_not_sent_to_nodes(nodes: FakeNod
 
 
 async def test_non_streamed_answer_with_usage_and_unknown_message_fields(nodes: FakeNodes) -> None:
-    usage = {"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 8}}
+    usage = {
+        "prompt_tokens": 9,
+        "completion_tokens": 2,
+        "prompt_tokens_details": {"cached_tokens": 8},
+        "completion_tokens_details": {"reasoning_tokens": 1},
+    }
     nodes.on("a", answer(lambda: web.json_response(chat_body("Hi!", usage, reasoning_content="r"))))
     backend = nodes.backend("a")
     events = await drain(backend.chat(chat(), Ticket("rid")))
     assert "stream_options" not in nodes.bodies("a")[0]
     assert texts(events) == "Hi!"
     assert DeltaFields(0, {"reasoning_content": "r"}) in events
-    assert events[-1] == Usage(9, 2, 8)
+    assert events[-1] == Usage(9, 2, 8, reasoning_tokens=1)
 
 
 async def test_a_json_answer_to_a_stream_request_is_relayed_too(nodes: FakeNodes) -> None:

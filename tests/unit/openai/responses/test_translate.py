@@ -199,7 +199,10 @@ def test_a_custom_tool_is_shown_as_a_function_of_one_string_its_grammar_in_the_d
     [tool] = chat.tools or []
     assert tool.function.name == "apply_patch" and (tool.function.parameters or {})["required"] == ["input"]
     assert "start: /[a-z]+/" in (tool.function.description or "")
-    assert body.ignored() == ["tools.0.format"]  # shown to the model, not enforced
+    assert body.ignored() == ["tools.0.format"]  # a node is shown it, nothing enforces it there
+    assert body.ignored(follows_lark=True) == [] and tool.function.lark == "start: /[a-z]+/"
+    relayed = chat.model_dump(mode="json")["tools"][0]["function"]  # the engine's grammar is not sent to nodes
+    assert set(relayed) == {"name", "description", "parameters", "strict"}
     sent = chat.messages[1].tool_calls[0].function  # type: ignore[union-attr]
     assert (sent.name, json.loads(sent.arguments)) == ("apply_patch", {"input": "*** Begin Patch"})
     assert isinstance(chat.messages[2], ToolMessage) and chat.messages[2].text() == "Done."

@@ -22,7 +22,13 @@ def output_grammar(tools: ToolSpec | None, content: dict[str, Any] | None) -> st
     """
     if tools is None:
         return None if content is None else json_grammar(content)
-    grammar = LLMatcher.grammar_from_lark(_lark(tools, content))
+    # Each Lark grammar of a text call is a grammar of its own (`@text_i`), so its rule names are its own.
+    texts = [
+        {"name": f"text_{i}", "lark_grammar": function.lark}
+        for i, function in enumerate(tools.callable)
+        if function.lark is not None
+    ]
+    grammar = json.dumps({"grammars": [{"lark_grammar": _lark(tools, content)}, *texts]})
     failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     if failed:
         raise InvalidRequest(f"The tools cannot be enforced together: {'; '.join(messages)}", param="tools")
@@ -43,6 +49,10 @@ def _lark(tools: ToolSpec, content: dict[str, Any] | None) -> str:
     rules.append(f"calls: {opener} body{_more(tools)}")
     rules.append("body: " + " | ".join(f"call_{i}" for i in range(len(tools.callable))))
     for i, function in enumerate(tools.callable):
+        if function.lark is not None:
+            head = toolformat.text_head(function.name).removeprefix(toolformat.OPEN)
+            rules.append(f"call_{i}: {json.dumps(head)} @text_{i} {json.dumps(toolformat.CLOSE)}")
+            continue
         head = toolformat.head(function.name).removeprefix(toolformat.OPEN)
         rules.append(f"call_{i}: {json.dumps(head)} args_{i} {json.dumps(toolformat.TAIL)}")
         rules.append(f"args_{i}: {inline_json(arguments_schema(function), lenient=True)}")

@@ -7,6 +7,12 @@ model this very form), written compactly: the envelope is fixed text, only the a
 Several calls follow one another directly. No separator is offered between them on purpose: measured on the
 default model, a newline after `</tool_call>` was its favourite next token and always led into another call
 (until max_tokens), while without one it ended its turn after the calls it meant to make.
+
+A function whose input is text following a Lark grammar (a Responses custom tool) is called with the text as it
+is, on the line after its name, since a grammar over raw text cannot be enforced inside a JSON string:
+
+    <tool_call>{"name":"apply_patch"}
+    *** Begin Patch ...</tool_call>
 """
 
 from __future__ import annotations
@@ -25,3 +31,12 @@ def head(name: str) -> str:
 
 def call_text(name: str, arguments: str) -> str:
     return head(name) + arguments + TAIL
+
+
+def text_head(name: str) -> str:
+    """Everything of a text call before its text."""
+    return OPEN + '{"name":' + json.dumps(name) + "}\n"
+
+
+def text_call(name: str, text: str) -> str:
+    return text_head(name) + text + CLOSE

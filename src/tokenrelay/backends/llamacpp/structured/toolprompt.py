@@ -26,7 +26,8 @@ def tool_prompt(
     """The messages to render and the template's `tools` variable."""
     if template_takes_tools:
         return messages, template_tools(spec) if spec else None
-    written = written_calls(named_results(messages))
+    texts = {f.name for f in spec.functions if f.lark is not None} if spec else set()
+    written = written_calls(named_results(messages), texts)
     return (with_system_text(written, instructions(spec)) if spec else written), None
 
 
@@ -46,10 +47,16 @@ def instructions(spec: ToolSpec) -> str:
             *listed,
             "To call a function, write the call exactly in this form, with the arguments as one JSON object:",
             toolformat.call_text("function name", "{...}"),
+            *(_text_form(f.name) for f in spec.functions if f.lark is not None),
             "The function's result comes back in a later message.",
             _rule(spec),
         ]
     )
+
+
+def _text_form(name: str) -> str:
+    example = toolformat.text_call(name, "the input")
+    return f"`{name}` takes text, not JSON: write its input as it is, on the line after its name: {example}"
 
 
 def _rule(spec: ToolSpec) -> str:
@@ -61,18 +68,27 @@ def _rule(spec: ToolSpec) -> str:
     return f"You must call the function `{spec.choice}` now."
 
 
-def written_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Assistant turns with their calls written out in the call syntax, after any text they had."""
+def written_calls(messages: list[dict[str, Any]], texts: set[str]) -> list[dict[str, Any]]:
+    """Assistant turns with their calls written out in the call syntax, after any text they had; calls of the
+    functions named in `texts` as text calls."""
     out = []
     for message in messages:
         calls = _calls(message)
         if calls:
-            text = "".join(toolformat.call_text(name, arguments) for name, arguments in calls)
+            text = "".join(_written(name, arguments, name in texts) for name, arguments in calls)
             content = message.get("content") or ""
             message = {k: v for k, v in message.items() if k not in ("tool_calls", "function_call")}
             message["content"] = f"{content}\n{text}" if content else text
         out.append(message)
     return out
+
+
+def _written(name: str, arguments: str, as_text: bool) -> str:
+    try:
+        text = json.loads(arguments).get("input") if as_text else None
+    except (ValueError, AttributeError):  # not the `{"input": ...}` a text call is sent back as
+        text = None
+    return toolformat.text_call(name, text) if isinstance(text, str) else toolformat.call_text(name, arguments)
 
 
 def _calls(message: dict[str, Any]) -> list[tuple[str, str]]:

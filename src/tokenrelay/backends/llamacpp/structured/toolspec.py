@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llguidance import LLMatcher
+
 from tokenrelay.backends.llamacpp.structured.schemas import NO_ARGUMENTS, check_schema
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.chat import ChatCompletionRequest, FunctionDef, NamedFunction, NamedToolChoice
@@ -83,5 +85,19 @@ def _check_functions(functions: tuple[FunctionDef, ...], param: str) -> None:
         if function.name in seen:
             raise InvalidRequest(f"Function names must be unique; `{function.name}` appears twice.", param=where)
         seen.add(function.name)
+        if function.lark is not None:
+            _check_lark(function.name, function.lark)
+            continue
         what = f"The parameters of `{function.name}`"
         check_schema(arguments_schema(function), f"{where}.parameters", what, lenient=True)
+
+
+def _check_lark(name: str, grammar: str) -> None:
+    """400 unless llguidance reads the Lark grammar of a text call (its dialect of Lark: `docs/syntax.md` there)."""
+    failed, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(grammar))
+    if failed:
+        raise InvalidRequest(
+            f"The Lark grammar of the custom tool `{name}` cannot be enforced: {'; '.join(messages)}",
+            param="tools",
+            code="invalid_grammar",
+        )

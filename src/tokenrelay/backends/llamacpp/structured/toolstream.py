@@ -4,7 +4,9 @@ The scheduler knows only text; this layer, between the engine and the renderer, 
 the `toolformat` convention. Text before a call is the answer (`content`); a call yields a first delta with
 its id and name as soon as the name is complete, then its arguments in the fragments they were generated in.
 The grammar guarantees the envelope, so the parser only has to find where the arguments end: at the first
-`}` or `]` outside a string at nesting depth zero, which is the envelope's own closing brace.
+`}` or `]` outside a string at nesting depth zero, which is the envelope's own closing brace. A text call
+(`toolformat.text_head`) ends at the closing marker; its text goes out as the arguments `{"input": text}`, escaped
+piece by piece, the shape a custom tool's call has on every backend.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from tokenrelay.backends.llamacpp.structured import toolformat
 from tokenrelay.backends.llamacpp.structured.toolspec import ToolSpec
 from tokenrelay.backends.llamacpp.textstream import partial_match
 
-HEAD = re.compile(re.escape(toolformat.OPEN) + r'\{"name":("(?:[^"\\]|\\.)*"),"arguments":')
+NAME = r'\{"name":("(?:[^"\\]|\\.)*")'
+HEAD = re.compile(re.escape(toolformat.OPEN) + NAME + ',"arguments":')
+TEXT_HEAD = re.compile(re.escape(toolformat.OPEN) + NAME + r"\}\n")
 
 
 def new_call_id() -> str:
@@ -32,6 +36,7 @@ class Part(Enum):
     TEXT = "text"  # answer text, before any call
     HEAD = "head"  # inside the envelope, before the arguments
     ARGUMENTS = "arguments"
+    INPUT = "input"  # a text call's text, up to the closing marker
     TAIL = "tail"  # after the arguments, up to the closing marker
     BETWEEN = "between"  # after a call: another call, or the end
 
@@ -101,6 +106,7 @@ class ToolCallParser:
             Part.TEXT: self._in_text,
             Part.HEAD: self._in_head,
             Part.ARGUMENTS: self._in_arguments,
+            Part.INPUT: self._in_input,
             Part.TAIL: self._in_tail,
             Part.BETWEEN: self._between,
         }[self.part]
@@ -122,13 +128,31 @@ class ToolCallParser:
         return True
 
     def _in_head(self, out: list[Event]) -> bool:
-        match = HEAD.match(self._buffer)
-        if match is None:
+        found = HEAD.match(self._buffer) or TEXT_HEAD.match(self._buffer)
+        if found is None:
             return False
-        name = json.loads(match.group(1))
+        name = json.loads(found.group(1))
         out.append(ToolCallDelta(self.index, self.calls, id=new_call_id(), name=name))
         self.calls += 1
-        self._buffer, self.part, self._end = self._buffer[match.end() :], Part.ARGUMENTS, ArgumentsEnd()
+        self._buffer = self._buffer[found.end() :]
+        if found.re is TEXT_HEAD:
+            out.append(ToolCallDelta(self.index, self.calls - 1, arguments='{"input":"'))
+            self.part = Part.INPUT
+        else:
+            self.part, self._end = Part.ARGUMENTS, ArgumentsEnd()
+        return True
+
+    def _in_input(self, out: list[Event]) -> bool:
+        end = self._buffer.find(toolformat.CLOSE)
+        ready = end if end >= 0 else len(self._buffer) - partial_match(self._buffer, [toolformat.CLOSE])
+        piece = json.dumps(self._buffer[:ready], ensure_ascii=False)[1:-1]
+        if end < 0:
+            if piece:
+                out.append(ToolCallDelta(self.index, self.calls - 1, arguments=piece))
+            self._buffer = self._buffer[ready:]
+            return False
+        out.append(ToolCallDelta(self.index, self.calls - 1, arguments=piece + '"}'))
+        self._buffer, self.part = self._buffer[end + len(toolformat.CLOSE) :], Part.BETWEEN
         return True
 
     def _in_arguments(self, out: list[Event]) -> bool:

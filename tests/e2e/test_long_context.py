@@ -82,3 +82,26 @@ def test_a_next_turn_gives_the_same_answer_from_the_cache_as_without_it(server: 
     fresh_answer, fresh = turn(history)
     assert cached > 1024 and fresh == 0
     assert cached_answer == fresh_answer
+
+
+def test_a_next_turn_after_an_answer_past_a_piece_start_equals_a_fresh_evaluation(server: Server) -> None:
+    """Turn 1's answer runs past where a prompt piece starts (position 1,024): its cells, computed one token per
+    step, are not reused for turn 2, whose answer is the one a fresh evaluation gives."""
+    first_prompt = long_text(800, "e")
+    never_end = {"0": -100, "2": -100}  # SmolLM2's end-of-text tokens: turn 1 writes all its tokens
+
+    def complete(prompt: str, tokens: int) -> tuple[str, list[float], int]:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "logprobs": 1}
+        reply = server.client(timeout=600).completions.create(**body, logit_bias=never_end)  # type: ignore[arg-type]
+        choice, usage = reply.choices[0], reply.usage
+        assert choice.logprobs is not None and usage is not None
+        details = usage.prompt_tokens_details
+        return choice.text, choice.logprobs.token_logprobs or [], (details.cached_tokens or 0) if details else 0
+
+    answer, _, _ = complete(first_prompt, 120)
+    second_prompt = f"{first_prompt}{answer} Then:"
+    cached_logprobs = complete(second_prompt, 16)
+    complete(long_text(900, "f"), 4)  # the long slot now holds another prompt
+    fresh_logprobs = complete(second_prompt, 16)
+    assert cached_logprobs[2] >= 512 and fresh_logprobs[2] == 0
+    assert cached_logprobs[:2] == fresh_logprobs[:2]

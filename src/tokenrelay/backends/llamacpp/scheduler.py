@@ -288,7 +288,7 @@ class Scheduler:
         if not primary.lane.context.keep_prefix(primary.seq_id, keep):
             primary.lane.context.clear(primary.seq_id)
             keep = 0
-        primary.cache = primary.cache[:keep]
+        primary.cache, primary.evaluated = primary.cache[:keep], min(primary.evaluated, keep)
         primary.job, primary.pending = job, job.prompt[keep:]
         job.cached_tokens = keep
         job.running = len(job.seqs)
@@ -315,12 +315,16 @@ class Scheduler:
         return oldest, reusable[oldest.seq_id]
 
     def _reusable(self, slot: Slot, job: Job) -> int:
-        """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt (generated tokens
-        included: a token's cache cells are the same whether it was decoded or read in a prompt), never the last
-        prompt token (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused."""
+        """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt, never the last
+        prompt token (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused.
+        Where kernels are the same at every shape (`boundary` 1), a token's cells are the same whether it was
+        decoded or read in a prompt, so generated tokens are reused too; in a long slot, whose kernels are chosen
+        by shape, a decoding step computes a token's cells otherwise than a prompt piece, so only cells prompt
+        pieces computed are reused there."""
         if job.prompt_logprobs is not None:
             return 0
-        return min(common_prefix(slot.cache, job.prompt), len(job.prompt) - 1)
+        cached = slot.cache if slot.lane.boundary == 1 else slot.cache[: slot.evaluated]
+        return min(common_prefix(cached, job.prompt), len(job.prompt) - 1)
 
     def _step(self) -> None:
         step_started = time.perf_counter()
@@ -440,6 +444,7 @@ class Scheduler:
             slot = lane.slots[seq_id]
             lane.context.keep_prefix(seq_id, length)
             del slot.cache[length:]
+            slot.evaluated = min(slot.evaluated, length)
             slot.pending = pending
 
     def _served_now(self) -> list[Slot]:
@@ -464,6 +469,7 @@ class Scheduler:
             last = not slot.pending and i == len(tokens) - 1
             batch.add(token, start + i, slot.seq_id, all_logits or last)
         slot.cache.extend(tokens)
+        slot.evaluated = len(slot.cache)  # pieces follow the reused prefix, which prompt pieces computed too
         return slot, first_row, start
 
     def _after_prefill_chunk(self, slot: Slot, first_row: int, start: int) -> None:
@@ -507,7 +513,7 @@ class Scheduler:
         for plan, slot in zip(job.seqs, [primary, *secondaries], strict=True):
             if slot is not primary:
                 context.copy(primary.seq_id, slot.seq_id)
-                slot.cache = list(primary.cache)
+                slot.cache, slot.evaluated = list(primary.cache), primary.evaluated
                 logits_row(context.ptr, row, self.model.n_vocab)[:] = shared
             slot.job, slot.primary, slot.pending = None, None, []
             slot.seq = Sequence(
@@ -580,7 +586,7 @@ class Scheduler:
             if job is None:
                 continue
             lane.context.clear(slot.seq_id)
-            slot.cache = []
+            slot.cache, slot.evaluated = [], 0
             self._release(slot)
             failed[id(job)] = job
         for job in failed.values():

@@ -32,6 +32,7 @@ class Slot:
     seq_id: int
     lane: Lane
     cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
+    evaluated: int = 0  # of those, the leading ones whose cells prompt pieces computed (not decoding steps)
     seq: Sequence | None = None  # decoding
     job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate

@@ -56,6 +56,12 @@ class EngineSettings(BaseModel):
     long_kv_type: Literal["q8_0", "f16"] = Field(
         default="f16", description="a long slot's KV cache precision (f16: prompts evaluate about twice as fast)"
     )
+    # llama.cpp's CPU flash attention visits the cache key by key for each head: with small heads (SmolLM2's 64
+    # dimensions) a step at 9k tokens of context took 4x as long as the plain matrix products (docs/benchmarks.md).
+    long_flash_attention: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="flash attention in a long slot (auto: on for attention heads of 128 dimensions or more)",
+    )
     max_context: int | None = Field(
         default=None,
         ge=64,

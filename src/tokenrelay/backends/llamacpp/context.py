@@ -31,7 +31,13 @@ class LlamaContext:
     """
 
     def __init__(
-        self, model: LlamaModel, settings: EngineSettings, sequences: int, cells: int, kv_type: str | None = None
+        self,
+        model: LlamaModel,
+        settings: EngineSettings,
+        sequences: int,
+        cells: int,
+        kv_type: str | None = None,
+        flash_attention: bool = True,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
@@ -47,8 +53,12 @@ class LlamaContext:
         # split over the KV length for one query row of one sequence once the cache passes 256 cells, and a
         # tiled kernel for 64 or more query rows of a sequence. Each sums in its own order, so a sequence's
         # logits would depend on what shares its step. With a Q8_0 cache every row takes the row-by-row kernel.
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED  # a quantised V cache needs it
-        params.type_k = params.type_v = KV_TYPES[kv_type or settings.kv_type]
+        kv = kv_type or settings.kv_type
+        if not flash_attention and kv != "f16":
+            raise ValueError("a quantised V cache needs flash attention")
+        enabled, disabled = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.flash_attn_type = enabled if flash_attention else disabled
+        params.type_k = params.type_v = KV_TYPES[kv]
         params.no_perf = True
         self.abort = AbortFlag()  # the scheduler stops a background step with it (scheduler.py)
         params.abort_callback, params.abort_callback_data = self.abort.callback, self.abort.data

@@ -124,6 +124,14 @@ class LlamaModel:
         return self.meta("general.architecture") or "unknown"
 
     @property
+    def head_dim(self) -> int:
+        """The width of an attention head's keys (the GGUF's key length, else the embedding split over heads)."""
+        key_length = self.meta(f"{self.architecture}.attention.key_length")
+        if key_length is not None and key_length.isdigit():
+            return int(key_length)
+        return llama_cpp.llama_model_n_embd(self.ptr) // max(1, llama_cpp.llama_model_n_head(self.ptr))
+
+    @property
     def chat_template(self) -> str | None:
         return self.meta("tokenizer.chat_template")
 

@@ -598,6 +598,7 @@ class Scheduler:
 
 
 DEFAULT_MAX_CONTEXT = 32768  # a long slot's cells when the model's trained context is longer or unknown
+SMALL_HEAD_DIM = 128  # below: a long slot's attention is plain matrix products (`long_flash_attention`)
 
 
 def long_lane_cells(settings: EngineSettings, trained_context: int | None) -> int | None:
@@ -607,6 +608,13 @@ def long_lane_cells(settings: EngineSettings, trained_context: int | None) -> in
     if cells <= cells_per_sequence(settings.ctx_per_slot):
         return None
     return cells
+
+
+def long_flash_attention(settings: EngineSettings, head_dim: int) -> bool:
+    """Flash attention in a long slot: a quantised cache needs it; with an F16 one it is a choice of speed."""
+    if settings.long_kv_type != "f16" or settings.long_flash_attention == "on":
+        return True
+    return settings.long_flash_attention == "auto" and head_dim >= SMALL_HEAD_DIM
 
 
 def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
@@ -623,11 +631,12 @@ def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
     cells = long_lane_cells(settings, model.n_ctx_train)
     if cells is None:
         return lanes
+    flash = long_flash_attention(settings, model.head_dim)
     for _ in range(settings.long_slots):
         pieces = step_rows(settings, 1, cells) - 1
 
         def make() -> LlamaContext:
-            return LlamaContext(model, settings, 1, cells, kv_type=settings.long_kv_type)
+            return LlamaContext(model, settings, 1, cells, kv_type=settings.long_kv_type, flash_attention=flash)
 
         lanes.append(Lane.open(make, cells, 1, reserve=0, boundary=pieces, drafts=False))
     return lanes

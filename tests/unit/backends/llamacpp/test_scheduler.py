@@ -15,7 +15,7 @@ from tokenrelay.backends.base import TextDelta
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams
-from tokenrelay.backends.llamacpp.scheduler import Scheduler
+from tokenrelay.backends.llamacpp.scheduler import Scheduler, long_flash_attention
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import InvalidRequest
 
@@ -271,3 +271,20 @@ def test_a_prompt_longer_than_a_slot_runs_in_a_long_slot_without_holding_back_th
     # Its turn found the prompt in the long slot, reused up to where a piece of it starts.
     assert done["long again"].cached_tokens == (len(first.prompt) - 1) // 64 * 64 > 0
     assert timeline.text("long again") == timeline.text("long")
+
+
+@pytest.mark.parametrize(
+    ("setting", "kv", "head_dim", "flash"),
+    [
+        ("auto", "f16", 64, False),  # SmolLM2's heads: plain matrix products decode faster
+        ("auto", "f16", 256, True),  # Gemma 3's
+        ("on", "f16", 64, True),
+        ("off", "f16", 256, False),
+        ("off", "q8_0", 64, True),  # a quantised cache needs flash attention whatever the setting
+    ],
+)
+def test_a_long_slot_uses_flash_attention_for_large_heads_unless_told(
+    setting: str, kv: str, head_dim: int, flash: bool
+) -> None:
+    settings = EngineSettings.model_validate({"long_flash_attention": setting, "long_kv_type": kv})
+    assert long_flash_attention(settings, head_dim) is flash

@@ -77,7 +77,7 @@ class EngineCounter:
         model = self.engine.model
         if model is None:  # not loaded (yet)
             return self.fallback.count(text)
-        return len(model.tokenize(text, add_special=False, parse_special=False))
+        return model.count(text)
 
 
 def text_tokens(prompt: str | list[int], counter: TokenCounter) -> int:

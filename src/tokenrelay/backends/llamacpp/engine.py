@@ -298,15 +298,12 @@ class LlamaCppBackend:
         events = self._generate(request, ticket, [run], max_tokens, top, request.choices, None, output.grammar, limit)
         if output.grammar is None and self._template.thinks:  # a grammar leaves no room for thinking
             opened = opened_by(self._model.detokenize(tokens[-8:]))
-            events = thinking_events(events, opened, self._count_text)
+            events = thinking_events(events, opened, self._model.count)
         if output.tools is not None:
             events = tool_events(events, output.tools)
         async with aclosing(events):
             async for event in events:
                 yield event
-
-    def _count_text(self, text: str) -> int:
-        return len(self._model.tokenize(text, add_special=False, parse_special=False)) if text else 0
 
     def complete(self, request: CompletionRequest, ticket: Ticket) -> AsyncIterator[Events]:
         self._check_generates()

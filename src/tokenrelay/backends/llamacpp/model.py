@@ -165,6 +165,10 @@ class LlamaModel:
             count = llama_cpp.llama_tokenize(self.vocab, data, len(data), tokens, -count, add_special, parse_special)
         return list(tokens[:count])
 
+    def count(self, text: str) -> int:
+        """The tokens a piece of text (within a prompt or an answer: no special tokens added or read) makes."""
+        return len(self.tokenize(text, add_special=False, parse_special=False)) if text else 0
+
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes a token stands for (cached: detokenising is on every step's path)."""
         key = (token, special)

@@ -288,7 +288,7 @@ class Scheduler:
         if not primary.lane.context.keep_prefix(primary.seq_id, keep):
             primary.lane.context.clear(primary.seq_id)
             keep = 0
-        primary.cache, primary.evaluated = primary.cache[:keep], min(primary.evaluated, keep)
+        primary.cache = primary.cache[:keep]
         primary.job, primary.pending = job, job.prompt[keep:]
         job.cached_tokens = keep
         job.running = len(job.seqs)
@@ -444,7 +444,6 @@ class Scheduler:
             slot = lane.slots[seq_id]
             lane.context.keep_prefix(seq_id, length)
             del slot.cache[length:]
-            slot.evaluated = min(slot.evaluated, length)
             slot.pending = pending
 
     def _served_now(self) -> list[Slot]:
@@ -586,7 +585,7 @@ class Scheduler:
             if job is None:
                 continue
             lane.context.clear(slot.seq_id)
-            slot.cache, slot.evaluated = [], 0
+            slot.cache = []
             self._release(slot)
             failed[id(job)] = job
         for job in failed.values():

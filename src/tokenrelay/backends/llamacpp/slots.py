@@ -32,7 +32,9 @@ class Slot:
     seq_id: int
     lane: Lane
     cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
-    evaluated: int = 0  # of those, the leading ones whose cells prompt pieces computed (not decoding steps)
+    # Of those, the leading ones whose cells prompt pieces computed (not decoding steps), set by every piece. A cache
+    # cut shorter is read only up to its end, and every job evaluates a piece before it decodes.
+    evaluated: int = 0
     seq: Sequence | None = None  # decoding
     job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate

@@ -71,6 +71,13 @@ class EngineSettings(BaseModel):
     prefill_chunk: int = Field(
         default=512, ge=8, le=4096, description="prompt tokens evaluated per step at most (beside the decoding streams)"
     )
+    # Between the short slots' steps, a long prompt's piece of 512 tokens stalls every stream for a second or more
+    # on two cores; beside them, on a core of its own, it stalls none (docs/benchmarks.md).
+    long_prompt_beside: bool = Field(
+        default=True,
+        description="a long slot's prompt evaluates on one thread beside the short slots' decoding (which keep the "
+        "other threads) instead of between their steps: streams keep flowing, the long prompt takes longer",
+    )
     queue_size: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
     # 3: on two cores a lone sequence's step costs about a fifth more per extra row up to four rows, then jumps.
     draft_tokens: int = Field(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import llama_cpp
 
 from tokenrelay.backends.llamacpp.abort_flag import AbortFlag
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.native_thread import native_thread
+from tokenrelay.backends.llamacpp.native_thread import native_thread, side_thread
 from tokenrelay.config import EngineSettings
 
 KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
@@ -60,6 +62,8 @@ class LlamaContext:
         params.flash_attn_type = enabled if flash_attention else disabled
         params.type_k = params.type_v = KV_TYPES[kv]
         params.no_perf = True
+        self.kv_type = kv
+        self.threads = settings.threads
         self.abort = AbortFlag()  # the scheduler stops a background step with it (scheduler.py)
         params.abort_callback, params.abort_callback_data = self.abort.callback, self.abort.data
         self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
@@ -79,6 +83,24 @@ class LlamaContext:
     def decode(self) -> int:
         """llama_decode's status: 0 done, 2 aborted (`abort`; the step's cells are already removed), else failed."""
         return native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
+
+    def decode_beside(self) -> Future[int]:
+        """`decode` on the side thread, with one thread (`set_threads` first); returns at once."""
+        return side_thread().submit(llama_cpp.llama_decode, self.ptr, self.batch.raw)
+
+    def set_threads(self, threads: int) -> None:
+        """The threads of this context's next decodes."""
+        if threads != self.threads:
+            llama_cpp.llama_set_n_threads(self.ptr, threads, threads)
+            self.threads = threads
+
+    @property
+    def thread_invariant_steps(self) -> bool:
+        """Whether a one-row step computes the same at any thread count. For one query row over an F16 or F32
+        cache, llama.cpp's attention splits the cells among the threads and adds up their parts, so the sum
+        depends on how many there are; over a quantised cache each row is one thread's. Steps of several rows,
+        and the matrix products, are cut by rows among threads at any cache type."""
+        return self.kv_type not in ("f16", "f32")
 
     def run(self, rows: list[tuple[int, int, int, bool]]) -> list[int]:
         """One decode over (token, position, sequence, wants logits) rows, outside the scheduler's steps (the

@@ -173,7 +173,9 @@ class LlamaCppBackend:
         """The settings the invariance probe's outcome depends on (beside the machine, build and model file)."""
         settings = self.engine_settings
         fields = ("threads", "slots", "ctx_per_slot", "prefill_chunk", "kv_type", "kv_unified", "batch_invariant")
-        return {name: getattr(settings, name) for name in fields} | {"repacked": self.repacked}
+        # the probe's steps beside others run with a thread less when long prompts evaluate beside them
+        setup: dict[str, object] = {name: getattr(settings, name) for name in fields}
+        return setup | {"long_prompt_beside": settings.long_prompt_beside, "repacked": self.repacked}
 
     def _repacking_allowed(self) -> bool:
         """Repacked weights only when configured and a child process has decoded with them here (see `cpu`)."""
@@ -223,6 +225,7 @@ class LlamaCppBackend:
             "prompt_tokens_evaluated": stats.prompt_tokens_evaluated,
             "tokens_generated": stats.tokens_generated,
             "aborted_steps": stats.aborted_steps,
+            "pieces_beside": stats.pieces_beside,
             "drafted_tokens": stats.drafted_tokens,
             "accepted_drafts": stats.accepted_drafts,
             "decode_seconds": round(stats.decode_seconds, 3),

@@ -48,19 +48,25 @@ def _greedy(context: LlamaContext, model: LlamaModel, row: int) -> tuple[int, np
     return int(np.argmax(logits)), logits
 
 
-def kernels_invariant(model: LlamaModel, context: LlamaContext, slots: int, chunk: int) -> bool:
+def kernels_invariant(
+    model: LlamaModel, context: LlamaContext, slots: int, chunk: int, together_threads: int | None = None
+) -> bool:
     """True when a sequence's logits are bit-identical alone and decoding beside others (one token per
-    sequence per step, as the scheduler shares steps), over PROBE_STEPS tokens."""
+    sequence per step, as the scheduler shares steps), over PROBE_STEPS tokens; the steps beside others run
+    with `together_threads` (the scheduler's fewer threads beside a long prompt)."""
     if slots < 2:
         return True
     room = context.n_ctx_seq - PROBE_STEPS - 2
     count = min(slots, len(PROBES))
     prompts = [model.tokenize(p, add_special=True, parse_special=False)[:room] for p in PROBES[:count]]
+    threads = context.threads
     try:
         alone = _decode(context, model, prompts[:1], chunk)
         context.clear(0)
+        context.set_threads(together_threads or threads)
         together = _decode(context, model, prompts, chunk)
     finally:
+        context.set_threads(threads)
         for seq in range(len(prompts)):
             context.clear(seq)
     return all(np.array_equal(a, b) for a, b in zip(alone, together, strict=True))

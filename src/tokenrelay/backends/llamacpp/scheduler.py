@@ -5,6 +5,12 @@ lane (`slots.Lane`: the many short slots, the few long ones), then samples each 
 runs in the narrowest lane that holds its prompt and output. Jobs join and leave between steps; a job's prompt is
 evaluated once and its KV copied to the slots of its other choices.
 
+A long slot's prompt piece that would share a step with other lanes' work instead runs beside them, on the
+side thread with one of the cores, while the compute thread goes on decoding the short slots with the others
+(`long_prompt_beside`): a piece of 512 tokens takes a second or more on two cores, every stream would stall that
+long between tokens. Every kernel llama.cpp picks for a piece of several rows, and for the short slots' steps over a
+quantised cache, computes the same at any thread count, so outputs do not change (`LlamaContext.set_threads`).
+
 Background jobs (batch lines) come after interactive ones: they take a slot only when no interactive job waits
 and `interactive_slots` stay free, they are left out of the steps while any interactive job runs (their cache
 kept), and an interactive job that finds no free slot takes one from them (`_preempt`), so a batch costs
@@ -20,6 +26,9 @@ import queue
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
+from dataclasses import dataclass
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob, unlimited_slot
 from tokenrelay.backends.llamacpp.context import LlamaContext, cells_per_sequence, step_rows
@@ -27,7 +36,7 @@ from tokenrelay.backends.llamacpp.drafts import DraftCosts, lookup_draft
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished
 from tokenrelay.backends.llamacpp.model import LlamaModel
-from tokenrelay.backends.llamacpp.planner import PrefillNeed, plan_step
+from tokenrelay.backends.llamacpp.planner import PrefillNeed, StepPlan, plan_step
 from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, logits_row, scale
 from tokenrelay.backends.llamacpp.slots import EngineStats, Lane, Sequence, Slot, common_prefix
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
@@ -37,6 +46,22 @@ from tokenrelay.errors import InvalidRequest, Overloaded
 log = logging.getLogger(__name__)
 
 _ABORTED = 2  # llama_decode's status when the abort callback stopped it
+_SIDE_POLL = 0.01  # s: how often a scheduler with only a side piece running looks for new jobs
+
+Chunk = tuple[Slot, int, int]  # a prompt piece in a batch: its slot, its first row, its first position
+Before = dict[int, tuple[int, list[int]]]  # per sequence of a pass: cached tokens and pending prompt before it
+
+
+@dataclass(eq=False)
+class SidePass:
+    """A long slot's prompt piece running on the side thread."""
+
+    lane: Lane
+    future: Future[int]
+    chunks: list[Chunk]
+    before: Before
+    rows: int
+    started: float
 
 
 class Scheduler:
@@ -66,6 +91,8 @@ class Scheduler:
         self._lock = threading.Lock()
         self._background_step: LlamaContext | None = None  # decoding for background jobs only: an arrival aborts it
         self._interactive_arrived = False  # an interactive job came since the scheduler last took its inbox
+        self._side: SidePass | None = None  # the prompt piece running beside the steps, if any
+        self._beside = settings.long_prompt_beside and settings.threads >= 2 and any(lane.beside for lane in self.lanes)
         self._thread = threading.Thread(target=self.run, name=f"llama-scheduler-{model.path.name}", daemon=True)
         self._stopping = False
 
@@ -148,8 +175,10 @@ class Scheduler:
             return
         lane = self.lanes[0]  # the kernels are the process's; the lane of many slots can show them side by side
         try:
+            # Beside a long prompt's piece the short slots' steps run with a thread less: probe them so.
+            together_threads = self.settings.threads - 1 if self._beside else self.settings.threads
             self.kernels_invariant = kernels_invariant(
-                self.model, lane.context, len(lane.slots), lane.context.step_prefill
+                self.model, lane.context, len(lane.slots), lane.context.step_prefill, together_threads
             )
         except Exception:  # the probe only informs; serving goes on, reported as not invariant
             log.exception("the batch-invariance probe failed")
@@ -164,6 +193,9 @@ class Scheduler:
 
     def _abandon_all(self, message: str) -> None:
         """Fail whatever is still running or waiting, so no caller waits forever on a stopped engine."""
+        if self._side is not None:
+            self._side.lane.context.abort.set()
+            self._end_side(wait=True)
         self._receive(block=False)
         jobs = {id(j): j for j in (*self._waiting, *self._background)}
         for slot in self.slots:
@@ -177,7 +209,8 @@ class Scheduler:
             self._sink(job, JobFailed(message, status=503))
 
     def _active(self) -> bool:
-        return any(not slot.free for slot in self.slots)
+        """Whether a slot is busy or a piece still runs beside (a cancelled job's, which ends soon)."""
+        return self._side is not None or any(not slot.free for slot in self.slots)
 
     def _receive(self, block: bool) -> None:
         with self._lock:
@@ -201,6 +234,8 @@ class Scheduler:
             holder = slot.holder
             if holder is not None and holder.cancelled.is_set():
                 self._release(slot)
+                if self._side is not None and self._side.lane is slot.lane:
+                    slot.lane.context.abort.set()  # its cells are freed as soon as llama.cpp sees the flag
 
     def _dequeued(self) -> None:
         with self._lock:
@@ -222,8 +257,14 @@ class Scheduler:
         self._admit_background()
 
     def _lanes_for(self, job: Job) -> list[Lane]:
-        """The lanes that may run a job: of its width, with a slot per sequence."""
-        return [lane for lane in self.lanes if lane.cells == job.width and len(lane.slots) >= len(job.seqs)]
+        """The lanes that may run a job: of its width, with a slot per sequence, and no piece running beside
+        (its context is in use until the piece ends)."""
+        side = self._side.lane if self._side is not None else None
+        return [
+            lane
+            for lane in self.lanes
+            if lane.cells == job.width and len(lane.slots) >= len(job.seqs) and lane is not side
+        ]
 
     def _room(self, job: Job) -> list[Slot]:
         """Free slots of the lanes that may run the job and have a free slot per sequence, background work
@@ -328,18 +369,83 @@ class Scheduler:
 
     def _step(self) -> None:
         step_started = time.perf_counter()
-        serving = self._served_now()
+        self._end_side(wait=False)
+        side = self._side.lane if self._side is not None else None
+        serving = [s for s in self._served_now() if s.lane is not side]
         background = all(s.holder is not None and s.holder.background for s in serving)
         self.stats.steps += 1
+        plans: list[tuple[Lane, StepPlan]] = []
         for lane in self.lanes:
             mine = [s for s in serving if s.lane is lane]
             if not mine:
                 continue
             decoding = [s.seq_id for s in mine if s.seq is not None]
             prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order(mine)]
-            plan = plan_step(decoding, prefilling, lane.context.step_prefill)
-            self._pass(lane, plan.decode, plan.prefill, background)
+            plans.append((lane, plan_step(decoding, prefilling, lane.context.step_prefill)))
+        for lane, plan in plans:
+            if self._goes_beside(lane, plan, len(plans), background):
+                self._start_side(lane, plan.prefill)
+        for lane, plan in plans:
+            if self._side is None or self._side.lane is not lane:
+                self._pass(lane, plan.decode, plan.prefill, background)
+        if not plans:
+            self._wait_side()
         self.stats.step_seconds += time.perf_counter() - step_started
+
+    def _goes_beside(self, lane: Lane, plan: StepPlan, lanes: int, background: bool) -> bool:
+        """Whether a lane's pass runs on the side thread: a long slot's prompt piece that would share the step
+        with other lanes' interactive work. A piece of one row stays: over an F16 cache its attention would be
+        split among the threads, and so depend on their number (`LlamaContext.thread_invariant_steps`)."""
+        rows = sum(take for _, take in plan.prefill)
+        return (
+            self._beside
+            and self._side is None
+            and lane.beside
+            and lanes > 1
+            and not background
+            and (not plan.decode and rows > 1)
+        )
+
+    def _start_side(self, lane: Lane, prefill: list[tuple[int, int]]) -> None:
+        context = lane.context
+        context.batch.clear()
+        before = {seq_id: (len(lane.slots[seq_id].cache), lane.slots[seq_id].pending) for seq_id, _ in prefill}
+        chunks = [self._add_prompt_chunk(lane.slots[seq_id], take) for seq_id, take in sorted(prefill)]
+        context.set_threads(1)
+        context.abort.clear()
+        rows = sum(take for _, take in prefill)
+        self.stats.pieces_beside += 1
+        self._side = SidePass(lane, context.decode_beside(), chunks, before, rows, time.perf_counter())
+
+    def _wait_side(self) -> None:
+        """Nothing runs but the side piece: wait for it to end, or for a job to arrive that can run beside it."""
+        while self._side is not None and not self._side.future.done() and self._inbox.empty():
+            wait_for([self._side.future], timeout=_SIDE_POLL)
+
+    def _end_side(self, wait: bool) -> None:
+        """Take in the side piece's outcome once it has ended (at once, or waiting for it with `wait`). A piece
+        whose job was cancelled meanwhile was aborted or is simply dropped; its slot keeps what it computed."""
+        side = self._side
+        if side is None or not (wait or side.future.done()):
+            return
+        status = side.future.result()
+        self._side = None
+        self.stats.decode_seconds += time.perf_counter() - side.started
+        if status == _ABORTED:
+            self._undo(side.lane, side.before)
+            return
+        if status != 0:
+            self._fail_batch(side.lane)
+            return
+        self.stats.prompt_tokens_evaluated += side.rows
+        for slot, first_row, start in side.chunks:
+            if slot.job is not None:
+                self._after_prefill_chunk(slot, first_row, start)
+
+    def _threads_for(self, context: LlamaContext) -> int:
+        """A pass's threads: one less beside a side piece, where the pass computes the same with fewer."""
+        threads = self.settings.threads
+        return threads - 1 if self._side is not None and context.thread_invariant_steps else threads
 
     def _pass(self, lane: Lane, decode: list[int], prefill: list[tuple[int, int]], background: bool) -> None:
         """One `llama_decode` over a lane's sequences in the step, then their sampling (logits rows are only valid
@@ -350,7 +456,7 @@ class Scheduler:
         batch.clear()
         rows: dict[int, list[int]] = {}  # a decoding sequence's rows: its next token's, then its drafts'
         drafts: dict[int, list[int]] = {}
-        chunks: list[tuple[Slot, int, int]] = []
+        chunks: list[Chunk] = []
         takes = dict(prefill)
         width = len(decode) + sum(takes.values())  # the step's rows without guesses
         planned = width  # and with those added so far
@@ -373,12 +479,14 @@ class Scheduler:
                 rows[seq_id] += [batch.add(t, len(slot.cache) + i, seq_id, True) for i, t in enumerate(drafts[seq_id])]
         if batch.size == 0:
             return
+        context.set_threads(self._threads_for(context))
         decode_started = time.perf_counter()
         status = self._decode(context, background)
         decode_seconds = time.perf_counter() - decode_started
         self.stats.decode_seconds += decode_seconds
         if status == _ABORTED:
-            self._take_back(lane, before)
+            self.stats.aborted_steps += 1
+            self._undo(lane, before)
             return
         if status != 0:
             self._fail_batch(lane)
@@ -436,14 +544,14 @@ class Scheduler:
             with self._lock:
                 self._background_step = None
 
-    def _take_back(self, lane: Lane, before: dict[int, tuple[int, list[int]]]) -> None:
-        """An aborted step, undone: each sequence's cells, cached tokens and pending prompt as before it. llama.cpp
-        removed the cells of the part it was computing, not of parts of the step it had finished."""
-        self.stats.aborted_steps += 1
+    def _undo(self, lane: Lane, before: Before) -> None:
+        """An aborted pass, undone: each sequence's cells, cached tokens and pending prompt as before it. llama.cpp
+        removed the cells of the part it was computing, not of parts of the pass it had finished."""
         for seq_id, (length, pending) in before.items():
             slot = lane.slots[seq_id]
             lane.context.keep_prefix(seq_id, length)
             del slot.cache[length:]
+            slot.evaluated = min(slot.evaluated, length)
             slot.pending = pending
 
     def _served_now(self) -> list[Slot]:
@@ -457,7 +565,7 @@ class Scheduler:
         slots = [s for s in serving if s.job is not None and s.primary is None and s.pending]
         return sorted(slots, key=lambda s: s.prefilling.serial)
 
-    def _add_prompt_chunk(self, slot: Slot, take: int) -> tuple[Slot, int, int]:
+    def _add_prompt_chunk(self, slot: Slot, take: int) -> Chunk:
         job = slot.prefilling
         batch = slot.lane.context.batch
         start = len(slot.cache)
@@ -637,5 +745,5 @@ def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
         def make() -> LlamaContext:
             return LlamaContext(model, settings, 1, cells, kv_type=settings.long_kv_type, flash_attention=flash)
 
-        lanes.append(Lane.open(make, cells, 1, reserve=0, boundary=pieces, drafts=False))
+        lanes.append(Lane.open(make, cells, 1, reserve=0, boundary=pieces, drafts=False, beside=True))
     return lanes

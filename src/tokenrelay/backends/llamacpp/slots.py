@@ -81,6 +81,7 @@ class Lane:
     reserve: int = 0  # slots background jobs leave free here for interactive ones
     boundary: int = 1  # a cached prefix is reused up to a multiple of this (where prompt pieces start)
     drafts: bool = True  # steps may carry guesses (`drafts`) beside a sequence's token
+    beside: bool = False  # its prompt pieces may run on the side thread (`scheduler`)
     made: LlamaContext | None = None
 
     @classmethod
@@ -92,8 +93,9 @@ class Lane:
         reserve: int,
         boundary: int = 1,
         drafts: bool = True,
+        beside: bool = False,
     ) -> Lane:
-        lane = cls(make, cells, reserve=reserve, boundary=boundary, drafts=drafts)
+        lane = cls(make, cells, reserve=reserve, boundary=boundary, drafts=drafts, beside=beside)
         lane.slots = [Slot(seq_id=i, lane=lane) for i in range(sequences)]
         return lane
 
@@ -128,6 +130,7 @@ class EngineStats:
     prompt_tokens_evaluated: int = 0
     tokens_generated: int = 0
     aborted_steps: int = 0  # background steps stopped for an arriving interactive job, and run again
+    pieces_beside: int = 0  # long prompts' pieces evaluated beside the short slots' steps (`long_prompt_beside`)
     drafted_tokens: int = 0  # guesses decoded beside a sequence's token (`drafts`)
     accepted_drafts: int = 0  # of those, the ones the sampler drew anyway
     decode_seconds: float = 0.0  # inside llama_decode

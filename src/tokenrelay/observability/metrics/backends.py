@@ -47,6 +47,12 @@ ENGINE_STATS = (
         "Background decode steps stopped for an arriving interactive request (and run again).",
         counter=True,
     ),
+    Stat(
+        "pieces_beside",
+        "tokenrelay_engine_prompt_pieces_beside",
+        "Long prompts' pieces evaluated beside the decoding streams, on a core of their own.",
+        counter=True,
+    ),
     Stat("drafted_tokens", "tokenrelay_engine_drafted_tokens", "Prompt-lookup guesses decoded.", counter=True),
     Stat("accepted_drafts", "tokenrelay_engine_accepted_drafts", "Guesses the sampler drew anyway.", counter=True),
     # Residency of engine models loaded on demand (backends/resident.py).

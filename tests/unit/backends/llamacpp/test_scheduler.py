@@ -4,7 +4,9 @@ drives it."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -126,12 +128,22 @@ class Timeline:
         return Job(prompt, [plan], lambda event: self.events.put((name, event)), background=background)
 
     def until_done(self, *names: str) -> None:
-        pending = set(names)
+        ended = {n for n, e in self.seen if isinstance(e, JobDone | JobFailed)}
+        pending = set(names) - ended
         while pending:
             name, event = self.events.get(timeout=60)
             self.seen.append((name, event))
             if isinstance(event, JobDone | JobFailed):
                 pending.discard(name)
+
+    def next(self) -> None:
+        """Wait for one more event, however long the scheduler takes (a short timeout: callers poll)."""
+        with contextlib.suppress(queue.Empty):
+            self.seen.append(self.events.get(timeout=0.05))
+
+    def until_first(self, name: str, kind: type) -> None:
+        while not any(n == name and isinstance(e, kind) for n, e in self.seen):
+            self.seen.append(self.events.get(timeout=60))
 
     def first(self, name: str, kind: type) -> int:
         return next(i for i, (n, e) in enumerate(self.seen) if n == name and isinstance(e, kind))
@@ -288,3 +300,56 @@ def test_a_long_slot_uses_flash_attention_for_large_heads_unless_told(
 ) -> None:
     settings = EngineSettings.model_validate({"long_flash_attention": setting, "long_kv_type": kv})
     assert long_flash_attention(settings, head_dim) is flash
+
+
+def test_a_long_prompt_evaluates_beside_the_streams_without_stalling_them_or_changing_its_answer(
+    model: LlamaModel,
+) -> None:
+    """A long prompt's pieces run on a core of their own while a short job decodes on the other, so the stream
+    gets several tokens per piece instead of one; the long answer is the one it gives alone."""
+    with running(model, long_slots=1, max_context=2048, prefill_chunk=256) as scheduler:
+        alone = Timeline()
+        scheduler.submit(alone.job(model, "long", STORY * 100, 8))
+        alone.until_done("long")
+        assert scheduler.stats.pieces_beside == 0  # nothing to run beside
+
+        timeline, token_times = Timeline(), []
+        stream = timeline.job(model, "stream", "A story about the harbour:", 200)
+        forward = stream.sink
+        stream.sink = lambda event: (token_times.append(time.time_ns()), forward(event))
+        scheduler.submit(stream)
+        timeline.until_first("stream", TextDelta)
+        long = timeline.job(model, "long", "Again. " + STORY * 100, 8)  # nothing cached: every piece evaluates
+        scheduler.submit(long)
+        timeline.until_done("long")
+        pieces = scheduler.stats.pieces_beside
+        timeline.until_done("stream")
+    assert pieces >= len(long.prompt) // 256 - 1 > 2
+    streamed = sum(1 for t in token_times if long.placed_ns < t < long.prompt_done_ns)
+    assert streamed > 2 * pieces  # between its steps the stream would get one token a piece
+    again = Timeline()
+    with running(model, long_slots=1, max_context=2048, prefill_chunk=256) as scheduler:
+        scheduler.submit(again.job(model, "long", "Again. " + STORY * 100, 8))
+        again.until_done("long")
+    assert timeline.text("long") == again.text("long") and timeline.text("long")
+
+
+def test_a_long_job_cancelled_while_its_piece_runs_beside_frees_its_slot_at_once(model: LlamaModel) -> None:
+    with running(model, long_slots=1, max_context=4096, prefill_chunk=512) as scheduler:
+        timeline = Timeline()
+        scheduler.submit(timeline.job(model, "stream", "A story about the harbour:", 400))
+        timeline.until_first("stream", TextDelta)
+        long = timeline.job(model, "long", STORY * 200, 8)
+        scheduler.submit(long)
+        while scheduler.stats.pieces_beside == 0:
+            timeline.next()
+        long.cancelled.set()
+        while scheduler.lanes[1].status()["busy_slots"] or scheduler._side is not None:
+            timeline.next()
+        evaluated = len(scheduler.lanes[1].slots[0].cache)
+        assert evaluated < len(long.prompt) - 512  # stopped partway, not run to the end of the prompt
+        after = timeline.job(model, "after", STORY * 30, 8)
+        scheduler.submit(after)
+        timeline.until_done("after", "stream")
+    assert isinstance(timeline.seen[timeline.first("after", JobDone)][1], JobDone)
+    assert not any(n == "long" and isinstance(e, JobDone) for n, e in timeline.seen)

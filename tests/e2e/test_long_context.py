@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -105,3 +106,32 @@ def test_a_next_turn_after_an_answer_past_a_piece_start_equals_a_fresh_evaluatio
     fresh_logprobs = complete(second_prompt, 16)
     assert cached_logprobs[2] >= 512 and fresh_logprobs[2] == 0
     assert cached_logprobs[:2] == fresh_logprobs[:2]
+
+
+def test_a_long_prompt_beside_decoding_streams_gives_the_answer_it_gives_alone(server: Server) -> None:
+    """While streams decode in the short slots, a long prompt evaluates beside them on a core of its own
+    (`/health` counts its pieces); its answer and log-probabilities are the ones it gets alone."""
+    prompt = long_text(1600, "g")
+
+    def complete(text: str) -> tuple[str, list[float]]:
+        body = {"model": MODEL, "prompt": text, "max_tokens": 12, "temperature": 0, "logprobs": 1}
+        choice = server.client(timeout=600).completions.create(**body).choices[0]  # type: ignore[call-overload]
+        assert choice.logprobs is not None
+        return choice.text, choice.logprobs.token_logprobs or []
+
+    alone = complete(prompt)
+    complete(long_text(1200, "h"))  # the long slot now holds another prompt: the next one evaluates whole
+    before = engine(server)["pieces_beside"]
+
+    def stream(seed: int) -> None:
+        ask = [{"role": "user", "content": "Tell me a long story about a lighthouse."}]
+        server.client(timeout=600).chat.completions.create(model=MODEL, messages=ask, max_tokens=400, seed=seed)  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        streams = [pool.submit(stream, seed) for seed in range(2)]
+        eventually(lambda: engine(server)["lanes"][0]["busy_slots"] == 2 or None, timeout=60)  # both decode
+        answer = complete(prompt)
+        for done in streams:
+            done.result()
+    assert answer == alone
+    assert engine(server)["pieces_beside"] - before >= 2

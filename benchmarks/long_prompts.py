@@ -8,10 +8,14 @@ while a long prompt arrives. One request at a time, the two servers alternating,
 - llama-server: built from the sdist of the installed llama-cpp-python, `-np 4 -c 32768 -t THREADS` (the same
   context for a request), its defaults otherwise.
 
+With `--fast`, a third server takes part in the prompt-size trials: `tokenrelay serve` with `batch_invariant: false`
+and `repack_weights: true` (llama-server's kernels: chosen by batch shape, weights repacked), which shows what batch
+invariance costs. Its turns and streams are not measured.
+
 Both are sent greedy requests (temperature 0: no sampler chain to tell apart) with the end-of-text tokens banned,
 so every answer is `--max-tokens` long.
 
-    python benchmarks/long_prompts.py [--trials 3] [--max-tokens 64] [--llama-server PATH]
+    python benchmarks/long_prompts.py [--trials 3] [--max-tokens 64] [--llama-server PATH] [--fast]
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ WORDS = [
     "compass",
     "velvet",
 ]
+FAST = "tokenrelay-fast"  # without batch invariance, weights repacked (--fast)
 TURN_SIZE = 6000
 NEW_TOKENS = 50  # what turn 2 adds
 STREAMS = 3  # llama-server runs 4 slots: one stays free for the long prompt
@@ -113,6 +118,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary (default: build one)")
     parser.add_argument("--work-dir", type=Path, default=ROOT / ".bench-work")
+    parser.add_argument("--fast", action="store_true", help="also tokenrelay without batch invariance, repacked")
     args = parser.parse_args()
     gguf = ensure_default_model(shared_data_dir())
     binary = args.llama_server or llama_server_binary(args.work_dir)
@@ -122,11 +128,18 @@ def main() -> None:
         command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--data-dir", str(logs)]
         command += ["--model", str(gguf), "--model-id", MODEL, "--threads", str(args.threads)]
         ours = start("tokenrelay", command, logs)
+        servers = [ours]
+        if args.fast:
+            fast = [*command[:4], "--port", str(free_port()), *command[6:]]
+            fast[fast.index("--data-dir") + 1] = str(logs / "fast")
+            variant = {"TOKENRELAY_ENGINE__BATCH_INVARIANT": "false", "TOKENRELAY_ENGINE__REPACK_WEIGHTS": "true"}
+            servers.append(start(FAST, fast, logs, env=variant))
         peer = start_llama_server(binary, gguf, logs, args, parallel=4, context=32768)
+        servers.append(peer)
         try:
-            measure([ours, peer], Prompts(gguf), args)
+            measure(servers, Prompts(gguf), args)
         finally:
-            for server in (ours, peer):
+            for server in servers:
                 server.process.terminate()
                 server.process.wait(timeout=30)
 
@@ -142,6 +155,8 @@ def measure(servers: list[Server], prompts: Prompts, args: argparse.Namespace) -
                 stream = timed(server, prompts.words(size, f"t{trial}s{size}"), args.max_tokens)
                 ttft.setdefault((server.name, size), []).append(stream[1])
                 speed.setdefault((server.name, size), []).append(decode_tok_s(stream))
+            if server.name == FAST:
+                continue
             history = prompts.words(TURN_SIZE, f"turn{trial}")
             first = timed(server, history, args.max_tokens)
             second = timed(server, history + first[2] + " " + prompts.words(NEW_TOKENS, "next"), args.max_tokens)
@@ -166,14 +181,16 @@ def report(
     gaps: dict[str, list[float]],
     args: argparse.Namespace,
 ) -> None:
-    ours, peer = (server.name for server in servers)
-    print(f"\nmedians of {args.trials} alternating trials, greedy, {args.max_tokens} tokens; {ours} vs {peer}")
-    print(f"{'prompt tokens':>16}{'TTFT ms':>18}{'ratio':>8}{'decode tok/s':>22}")
-    for size in SIZES:
-        a, b = median(ttft[ours, size]) * 1000, median(ttft[peer, size]) * 1000
-        sa, sb = median(speed[ours, size]), median(speed[peer, size])
-        cells = f"{'~' + format(size, ','):>16}{a:>9,.0f} /{b:>7,.0f}{a / b:>8.2f}{sa:>11.1f} /{sb:>8.1f}"
-        print(f"{cells}  {verdict(a <= b and sa >= sb)}")
+    peer = servers[-1].name
+    for ours in (server.name for server in servers[:-1]):
+        print(f"\nmedians of {args.trials} alternating trials, greedy, {args.max_tokens} tokens; {ours} vs {peer}")
+        print(f"{'prompt tokens':>16}{'TTFT ms':>18}{'ratio':>8}{'decode tok/s':>22}")
+        for size in SIZES:
+            a, b = median(ttft[ours, size]) * 1000, median(ttft[peer, size]) * 1000
+            sa, sb = median(speed[ours, size]), median(speed[peer, size])
+            cells = f"{'~' + format(size, ','):>16}{a:>9,.0f} /{b:>7,.0f}{a / b:>8.2f}{sa:>11.1f} /{sb:>8.1f}"
+            print(f"{cells}  {verdict(a <= b and sa >= sb)}")
+    servers = [server for server in servers if server.name != FAST]
     for server in servers:
         share = median(turns[server.name])
         print(f"{server.name}: turn 2 of a {TURN_SIZE:,}-token conversation, TTFT {share:.0%} of turn 1's", end="")

@@ -226,6 +226,7 @@ class LlamaCppBackend:
             "tokens_generated": stats.tokens_generated,
             "aborted_steps": stats.aborted_steps,
             "pieces_beside": stats.pieces_beside,
+            "prefix_copies": stats.prefix_copies,
             "drafted_tokens": stats.drafted_tokens,
             "accepted_drafts": stats.accepted_drafts,
             "decode_seconds": round(stats.decode_seconds, 3),

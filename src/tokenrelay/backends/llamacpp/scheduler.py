@@ -46,6 +46,7 @@ from tokenrelay.errors import InvalidRequest, Overloaded
 log = logging.getLogger(__name__)
 
 _ABORTED = 2  # llama_decode's status when the abort callback stopped it
+COPY_AT_LEAST = 16  # prompt tokens a copy of another slot's cells must save (the copy takes a few ms)
 _SIDE_POLL = 0.01  # s: how often a scheduler with only a side piece running looks for new jobs
 
 Chunk = tuple[Slot, int, int]  # a prompt piece in a batch: its slot, its first row, its first position
@@ -320,6 +321,7 @@ class Scheduler:
         if job.background:
             free = self._background_choice(free, len(job.seqs))
         primary, keep = self._slot_for(job, free)
+        keep = self._copy_prefix(job, primary, keep)
         keep -= keep % primary.lane.boundary
         mates = [slot for slot in free if slot.lane is primary.lane and slot is not primary]
         others = sorted(mates, key=lambda s: s.last_job)[: len(job.seqs) - 1]
@@ -336,6 +338,23 @@ class Scheduler:
         job.placed_ns = time.time_ns()
         for slot in others:
             slot.job, slot.primary = job, primary
+
+    def _copy_prefix(self, job: Job, slot: Slot, keep: int) -> int:
+        """Give `slot` the cells of another slot of its lane, busy or idle, that holds a longer prefix of the job's
+        prompt (by at least COPY_AT_LEAST tokens); returns the cached tokens the job keeps. Two requests with one
+        long system prompt then evaluate it once even when they run at the same time. Only where a token's cells
+        are the same whoever computed them (`boundary` 1)."""
+        if slot.lane.boundary != 1:
+            return keep
+        others = [other for other in slot.lane.slots if other is not slot]
+        reusable = {id(other): self._reusable(other, job) for other in others}
+        donor = max(others, key=lambda other: reusable[id(other)], default=None)
+        if donor is None or reusable[id(donor)] < keep + COPY_AT_LEAST:
+            return keep
+        slot.lane.context.copy(donor.seq_id, slot.seq_id)
+        slot.cache, slot.evaluated = list(donor.cache), donor.evaluated
+        self.stats.prefix_copies += 1
+        return reusable[id(donor)]
 
     def _background_choice(self, free: list[Slot], needed: int) -> list[Slot]:
         """The free slots a background job may take: those interactive jobs did not use last, when there are

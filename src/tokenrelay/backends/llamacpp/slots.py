@@ -130,6 +130,7 @@ class EngineStats:
     prompt_tokens_evaluated: int = 0
     tokens_generated: int = 0
     aborted_steps: int = 0  # background steps stopped for an arriving interactive job, and run again
+    prefix_copies: int = 0  # prompts started from a copy of another slot's cells
     pieces_beside: int = 0  # long prompts' pieces evaluated beside the short slots' steps (`long_prompt_beside`)
     drafted_tokens: int = 0  # guesses decoded beside a sequence's token (`drafts`)
     accepted_drafts: int = 0  # of those, the ones the sampler drew anyway

@@ -48,6 +48,12 @@ ENGINE_STATS = (
         counter=True,
     ),
     Stat(
+        "prefix_copies",
+        "tokenrelay_engine_prefix_copies",
+        "Prompts started from a copy of the cached prefix another slot holds.",
+        counter=True,
+    ),
+    Stat(
         "pieces_beside",
         "tokenrelay_engine_prompt_pieces_beside",
         "Long prompts' pieces evaluated beside the decoding streams, on a core of their own.",

@@ -246,13 +246,15 @@ def test_background_work_leaves_the_cache_of_an_interactive_request_for_its_next
         timeline = Timeline()
         scheduler.submit(timeline.job(model, "chat", STORY * 3, 4))
         timeline.until_done("chat")
-        # A line with the very same prompt could reuse the chat's slot; it takes the other one instead.
+        # A line with the very same prompt could reuse the chat's slot; it takes the other one instead, starting
+        # from a copy of the chat's cells.
         scheduler.submit(timeline.job(model, "batch", STORY * 3, 4, background=True))
         timeline.until_done("batch")
+        copies = scheduler.stats.prefix_copies
         scheduler.submit(timeline.job(model, "next turn", STORY * 3 + "The maps", 4))
         timeline.until_done("next turn")
     done = {name: event for name, event in timeline.seen if isinstance(event, JobDone)}
-    assert done["batch"].cached_tokens == 0
+    assert copies == 1 and done["batch"].cached_tokens == done["chat"].prompt_tokens - 1
     assert done["next turn"].cached_tokens >= done["chat"].prompt_tokens - 1
 
 
@@ -353,3 +355,24 @@ def test_a_long_job_cancelled_while_its_piece_runs_beside_frees_its_slot_at_once
         timeline.until_done("after", "stream")
     assert isinstance(timeline.seen[timeline.first("after", JobDone)][1], JobDone)
     assert not any(n == "long" and isinstance(e, JobDone) for n, e in timeline.seen)
+
+
+def test_a_prompt_whose_prefix_another_running_job_holds_starts_from_a_copy_of_its_cells(model: LlamaModel) -> None:
+    """Two requests with one long preamble at the same time: the second copies the first's cells instead of
+    evaluating the preamble again, and answers as it does alone."""
+    preamble = STORY * 12
+    with running(model) as scheduler:
+        timeline = Timeline()
+        first = timeline.job(model, "first", preamble, 40)
+        scheduler.submit(first)
+        timeline.until_first("first", TextDelta)  # its slot holds the preamble, and it is still decoding
+        scheduler.submit(timeline.job(model, "second", preamble + "The maps", 6))
+        timeline.until_done("first", "second")
+        copies = scheduler.stats.prefix_copies
+    done = {name: event for name, event in timeline.seen if isinstance(event, JobDone)}
+    assert copies == 1 and done["second"].cached_tokens >= len(first.prompt) - 2
+    alone = Timeline()
+    with running(model) as scheduler:
+        scheduler.submit(alone.job(model, "second", preamble + "The maps", 6))
+        alone.until_done("second")
+    assert timeline.text("second") == alone.text("second")

@@ -40,7 +40,8 @@ KV_BYTES = {"q8_0": 34 / 32, "f16": 2.0}  # per value: Q8_0 keeps 32 values in 3
 def memory_estimate(facts: GgufFacts, settings: EngineSettings) -> int:
     """The weights plus every KV cell the engine would allocate for this model (its long slots included)."""
     short = settings.slots * cells_per_sequence(settings.ctx_per_slot)
-    memory = facts.file_bytes + facts.kv_bytes(short, KV_BYTES[settings.kv_type])
+    per_value = (KV_BYTES[settings.kv_type] + KV_BYTES[settings.v_type]) / 2  # K and V hold as many values
+    memory = facts.file_bytes + facts.kv_bytes(short, per_value)
     long = long_lane_cells(settings, facts.context_length)
     if long is not None:
         memory += settings.long_slots * facts.kv_bytes(long, KV_BYTES[settings.long_kv_type])

@@ -40,6 +40,7 @@ class LlamaContext:
         cells: int,
         kv_type: str | None = None,
         flash_attention: bool = True,
+        v_type: str | None = None,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
@@ -54,15 +55,16 @@ class LlamaContext:
         # llama.cpp's CPU flash attention has special kernels for F16/F32 caches that it picks by batch shape: a
         # split over the KV length for one query row of one sequence once the cache passes 256 cells, and a
         # tiled kernel for 64 or more query rows of a sequence. Each sums in its own order, so a sequence's
-        # logits would depend on what shares its step. With a Q8_0 cache every row takes the row-by-row kernel.
+        # logits would depend on what shares its step. With a Q8_0 K cache every row takes the row-by-row kernel.
         kv = kv_type or settings.kv_type
-        if not flash_attention and kv != "f16":
+        v = v_type or kv_type or settings.v_type  # a lane that names its cache type names both halves
+        if not flash_attention and v != "f16":
             raise ValueError("a quantised V cache needs flash attention")
         enabled, disabled = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.flash_attn_type = enabled if flash_attention else disabled
-        params.type_k = params.type_v = KV_TYPES[kv]
+        params.type_k, params.type_v = KV_TYPES[kv], KV_TYPES[v]
         params.no_perf = True
-        self.kv_type = kv
+        self.kv_type, self.v_type = kv, v
         self.threads = settings.threads
         self.abort = AbortFlag()  # the scheduler stops a background step with it (scheduler.py)
         params.abort_callback, params.abort_callback_data = self.abort.callback, self.abort.data
@@ -99,8 +101,9 @@ class LlamaContext:
         """Whether a one-row step computes the same at any thread count. For one query row over an F16 or F32
         cache, llama.cpp's attention splits the cells among the threads and adds up their parts, so the sum
         depends on how many there are; over a quantised cache each row is one thread's. Steps of several rows,
-        and the matrix products, are cut by rows among threads at any cache type."""
-        return self.kv_type not in ("f16", "f32")
+        and the matrix products, are cut by rows among threads at any cache type. (That split needs K and V of one
+        type.)"""
+        return self.kv_type not in ("f16", "f32") or self.v_type != self.kv_type
 
     def run(self, rows: list[tuple[int, int, int, bool]]) -> list[int]:
         """One decode over (token, position, sequence, wants logits) rows, outside the scheduler's steps (the

@@ -172,7 +172,8 @@ class LlamaCppBackend:
     def _probe_setup(self) -> dict[str, object]:
         """The settings the invariance probe's outcome depends on (beside the machine, build and model file)."""
         settings = self.engine_settings
-        fields = ("threads", "slots", "ctx_per_slot", "prefill_chunk", "kv_type", "kv_unified", "batch_invariant")
+        fields: tuple[str, ...] = ("threads", "slots", "ctx_per_slot", "prefill_chunk")
+        fields += ("kv_type", "v_type", "kv_unified", "batch_invariant")
         # the probe's steps beside others run with a thread less when long prompts evaluate beside them
         setup: dict[str, object] = {name: getattr(settings, name) for name in fields}
         return setup | {"long_prompt_beside": settings.long_prompt_beside, "repacked": self.repacked}

@@ -376,3 +376,15 @@ def test_a_prompt_whose_prefix_another_running_job_holds_starts_from_a_copy_of_i
         scheduler.submit(alone.job(model, "second", preamble + "The maps", 6))
         alone.until_done("second")
     assert timeline.text("second") == alone.text("second")
+
+
+@pytest.mark.parametrize("v_type", ["f16", "q8_0"])
+def test_the_short_slots_are_batch_invariant_with_either_v_cache(model: LlamaModel, v_type: str) -> None:
+    """The attention kernel follows the K cache's type (Q8_0: row by row), so either V keeps a sequence's logits
+    the same alone and beside others; the start-up probe measures it, beside steps with a thread less included."""
+    scheduler = Scheduler(model, SETTINGS.model_copy(update={"slots": 4, "v_type": v_type, "long_slots": 1}))
+    scheduler.start()
+    try:
+        assert scheduler.kernels_invariant is True
+    finally:
+        scheduler.stop()

@@ -124,16 +124,16 @@ def main() -> None:
     binary = args.llama_server or llama_server_binary(args.work_dir)
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        port = free_port()
-        command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--data-dir", str(logs)]
-        command += ["--model", str(gguf), "--model-id", MODEL, "--threads", str(args.threads)]
-        ours = start("tokenrelay", command, logs)
-        servers = [ours]
+
+        def serve(data_dir: Path) -> list[str]:
+            command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(free_port())]
+            command += ["--data-dir", str(data_dir), "--model", str(gguf), "--model-id", MODEL]
+            return [*command, "--threads", str(args.threads)]
+
+        servers = [start("tokenrelay", serve(logs), logs)]
         if args.fast:
-            fast = [*command[:4], "--port", str(free_port()), *command[6:]]
-            fast[fast.index("--data-dir") + 1] = str(logs / "fast")
             variant = {"TOKENRELAY_ENGINE__BATCH_INVARIANT": "false", "TOKENRELAY_ENGINE__REPACK_WEIGHTS": "true"}
-            servers.append(start(FAST, fast, logs, env=variant))
+            servers.append(start(FAST, serve(logs / "fast"), logs, env=variant))
         peer = start_llama_server(binary, gguf, logs, args, parallel=4, context=32768)
         servers.append(peer)
         try:

@@ -48,9 +48,7 @@ def _greedy(context: LlamaContext, model: LlamaModel, row: int) -> tuple[int, np
     return int(np.argmax(logits)), logits
 
 
-def kernels_invariant(
-    model: LlamaModel, context: LlamaContext, slots: int, chunk: int, together_threads: int | None = None
-) -> bool:
+def kernels_invariant(model: LlamaModel, context: LlamaContext, slots: int, chunk: int, together_threads: int) -> bool:
     """True when a sequence's logits are bit-identical alone and decoding beside others (one token per
     sequence per step, as the scheduler shares steps), over PROBE_STEPS tokens; the steps beside others run
     with `together_threads` (the scheduler's fewer threads beside a long prompt)."""
@@ -63,7 +61,7 @@ def kernels_invariant(
     try:
         alone = _decode(context, model, prompts[:1], chunk)
         context.clear(0)
-        context.set_threads(together_threads or threads)
+        context.set_threads(together_threads)
         together = _decode(context, model, prompts, chunk)
     finally:
         context.set_threads(threads)

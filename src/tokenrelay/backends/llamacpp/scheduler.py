@@ -320,8 +320,10 @@ class Scheduler:
     def _place(self, job: Job, free: list[Slot]) -> None:
         if job.background:
             free = self._background_choice(free, len(job.seqs))
-        primary, keep = self._slot_for(job, free)
-        keep = self._copy_prefix(job, primary, keep)
+        # Cached tokens the job could reuse from each slot of the lanes it may take, counted once.
+        reusable = {id(slot): self._reusable(slot, job) for lane in {s.lane for s in free} for slot in lane.slots}
+        primary, keep = self._slot_for(job, free, reusable)
+        keep = self._copy_prefix(primary, keep, reusable)
         keep -= keep % primary.lane.boundary
         mates = [slot for slot in free if slot.lane is primary.lane and slot is not primary]
         others = sorted(mates, key=lambda s: s.last_job)[: len(job.seqs) - 1]
@@ -339,7 +341,7 @@ class Scheduler:
         for slot in others:
             slot.job, slot.primary = job, primary
 
-    def _copy_prefix(self, job: Job, slot: Slot, keep: int) -> int:
+    def _copy_prefix(self, slot: Slot, keep: int, reusable: dict[int, int]) -> int:
         """Give `slot` the cells of another slot of its lane, busy or idle, that holds a longer prefix of the job's
         prompt (by at least COPY_AT_LEAST tokens); returns the cached tokens the job keeps. Two requests with one
         long system prompt then evaluate it once even when they run at the same time. Only where a token's cells
@@ -347,7 +349,6 @@ class Scheduler:
         if slot.lane.boundary != 1:
             return keep
         others = [other for other in slot.lane.slots if other is not slot]
-        reusable = {id(other): self._reusable(other, job) for other in others}
         donor = max(others, key=lambda other: reusable[id(other)], default=None)
         if donor is None or reusable[id(donor)] < keep + COPY_AT_LEAST:
             return keep
@@ -363,16 +364,16 @@ class Scheduler:
         spare = [slot for slot in free if not slot.last_interactive]
         return spare if len(spare) >= needed else free
 
-    def _slot_for(self, job: Job, free: list[Slot]) -> tuple[Slot, int]:
-        """The free slot holding the longest prefix of the prompt, if it holds at least half of it; else the slot
-        idle the longest, so that a prompt sharing little with any cache does not evict a long one for it. With
-        the slot, how many of its cached tokens the job keeps."""
-        reusable = {slot.seq_id: self._reusable(slot, job) for slot in free}
-        best = max(free, key=lambda s: reusable[s.seq_id])
-        if 2 * reusable[best.seq_id] >= len(job.prompt):
-            return best, reusable[best.seq_id]
+    @staticmethod
+    def _slot_for(job: Job, free: list[Slot], reusable: dict[int, int]) -> tuple[Slot, int]:
+        """The free slot holding the longest prefix of the prompt (`reusable`, by slot), if it holds at least half
+        of it; else the slot idle the longest, so that a prompt sharing little with any cache does not evict a long
+        one for it. With the slot, how many of its cached tokens the job keeps."""
+        best = max(free, key=lambda s: reusable[id(s)])
+        if 2 * reusable[id(best)] >= len(job.prompt):
+            return best, reusable[id(best)]
         oldest = min(free, key=lambda s: s.last_job)
-        return oldest, reusable[oldest.seq_id]
+        return oldest, reusable[id(oldest)]
 
     def _reusable(self, slot: Slot, job: Job) -> int:
         """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt, never the last
@@ -432,9 +433,8 @@ class Scheduler:
         chunks = [self._add_prompt_chunk(lane.slots[seq_id], take) for seq_id, take in sorted(prefill)]
         context.set_threads(1)
         context.abort.clear()
-        rows = sum(take for _, take in prefill)
         self.stats.pieces_beside += 1
-        self._side = SidePass(lane, context.decode_beside(), chunks, before, rows, time.perf_counter())
+        self._side = SidePass(lane, context.decode_beside(), chunks, before, context.batch.size, time.perf_counter())
 
     def _wait_side(self) -> None:
         """Nothing runs but the side piece: wait for it to end, or for a job to arrive that can run beside it."""
@@ -450,11 +450,7 @@ class Scheduler:
         status = side.future.result()
         self._side = None
         self.stats.decode_seconds += time.perf_counter() - side.started
-        if status == _ABORTED:
-            self._undo(side.lane, side.before)
-            return
-        if status != 0:
-            self._fail_batch(side.lane)
+        if not self._settled(side.lane, status, side.before):
             return
         self.stats.prompt_tokens_evaluated += side.rows
         for slot, first_row, start in side.chunks:
@@ -505,10 +501,7 @@ class Scheduler:
         self.stats.decode_seconds += decode_seconds
         if status == _ABORTED:
             self.stats.aborted_steps += 1
-            self._undo(lane, before)
-            return
-        if status != 0:
-            self._fail_batch(lane)
+        if not self._settled(lane, status, before):
             return
         self.stats.prompt_tokens_evaluated += sum(takes.values())
         if lane.drafts:  # what a step of the lane that takes guesses costs, by its rows
@@ -563,6 +556,14 @@ class Scheduler:
             with self._lock:
                 self._background_step = None
 
+    def _settled(self, lane: Lane, status: int, before: Before) -> bool:
+        """Whether a lane's decode ran; an aborted one is undone, a failed one fails the lane's jobs."""
+        if status == _ABORTED:
+            self._undo(lane, before)
+        elif status != 0:
+            self._fail_batch(lane)
+        return status == 0
+
     def _undo(self, lane: Lane, before: Before) -> None:
         """An aborted pass, undone: each sequence's cells, cached tokens and pending prompt as before it. llama.cpp
         removed the cells of the part it was computing, not of parts of the pass it had finished."""
@@ -570,7 +571,6 @@ class Scheduler:
             slot = lane.slots[seq_id]
             lane.context.keep_prefix(seq_id, length)
             del slot.cache[length:]
-            slot.evaluated = min(slot.evaluated, length)
             slot.pending = pending
 
     def _served_now(self) -> list[Slot]:

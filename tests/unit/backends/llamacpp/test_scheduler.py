@@ -105,7 +105,7 @@ def test_stopping_fails_what_runs_and_what_waits_with_a_503(model: LlamaModel) -
 
 
 @contextmanager
-def running(model: LlamaModel, **settings: int) -> Iterator[Scheduler]:
+def running(model: LlamaModel, **settings: object) -> Iterator[Scheduler]:
     """A scheduler with `settings` over the module's, stopped at the end."""
     scheduler = Scheduler(model, SETTINGS.model_copy(update=settings))
     scheduler.start()
@@ -382,9 +382,5 @@ def test_a_prompt_whose_prefix_another_running_job_holds_starts_from_a_copy_of_i
 def test_the_short_slots_are_batch_invariant_with_either_v_cache(model: LlamaModel, v_type: str) -> None:
     """The attention kernel follows the K cache's type (Q8_0: row by row), so either V keeps a sequence's logits
     the same alone and beside others; the start-up probe measures it, beside steps with a thread less included."""
-    scheduler = Scheduler(model, SETTINGS.model_copy(update={"slots": 4, "v_type": v_type, "long_slots": 1}))
-    scheduler.start()
-    try:
+    with running(model, slots=4, v_type=v_type, long_slots=1) as scheduler:
         assert scheduler.kernels_invariant is True
-    finally:
-        scheduler.stop()

@@ -26,7 +26,7 @@ from batch_support import (
     wait_ended,
 )
 from observing import eventually, sample, scrape
-from servers import start_server
+from servers import SHARED_CORES, start_server
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +199,9 @@ def test_a_killed_server_resumes_its_batch_without_answering_or_charging_a_line_
 
 def test_two_replicas_on_postgresql_share_a_batch_and_answer_each_line_once(tmp_path: Path) -> None:
     with postgres_database() as url:
-        first = deploy(tmp_path, {"TOKENRELAY_BATCHES__CONCURRENCY": "2"}, url)
-        second = start_server(tmp_path, "--database-url", url, env=FAST | {"TOKENRELAY_BATCHES__CONCURRENCY": "2"})
+        env = {"TOKENRELAY_BATCHES__CONCURRENCY": "2"} | SHARED_CORES
+        first = deploy(tmp_path, env, url)
+        second = start_server(tmp_path, "--database-url", url, env=FAST | env)
         try:
             client = first.client()
             lines = [chat_line(f"p{i}", f"Say {i}.", max_tokens=12) for i in range(16)]

@@ -19,7 +19,7 @@ from accounting_support import FAST_CACHE, counters, create_key, ledger_rows, po
 from gateway_support import wait_for
 from movable_clock import MovableClock
 from replica_support import Replicas, completion_round
-from servers import DEFAULT_MODEL, Server, start_server, wait_ready
+from servers import DEFAULT_MODEL, SHARED_CORES, Server, start_server, wait_ready
 
 INPUT, OUTPUT = Decimal(100), Decimal(200)  # per million tokens: micro-units per token
 BUDGET = 10_000  # micro-units: 0.01
@@ -43,7 +43,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClockedReplic
     with postgres_database() as url:
         admin = create_key(url, "ops", "--admin")
         args = ("--config", str(config), "--database-url", url)
-        env = {**FAST_CACHE, **clock.env()}
+        env = {**FAST_CACHE, **clock.env(), **SHARED_CORES}
         a = start_server(tmp, *args, env=env, wait=False)
         b = start_server(tmp, *args, env=env)
         try:

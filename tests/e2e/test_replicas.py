@@ -10,7 +10,7 @@ import openai
 import pytest
 from accounting_support import FAST_CACHE, counters, create_key, ledger_rows, postgres_database
 from replica_support import Replicas, completion_round
-from servers import DEFAULT_MODEL, Server, start_server
+from servers import DEFAULT_MODEL, SHARED_CORES, Server, start_server
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +18,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     tmp = tmp_path_factory.mktemp("replicas")
     with postgres_database() as url:
         admin = create_key(url, "ops", "--admin")
-        a = start_server(tmp, "--database-url", url, env=FAST_CACHE, wait=False)
-        b = start_server(tmp, "--database-url", url, env=FAST_CACHE)
+        a = start_server(tmp, "--database-url", url, env=FAST_CACHE | SHARED_CORES, wait=False)
+        b = start_server(tmp, "--database-url", url, env=FAST_CACHE | SHARED_CORES)
         try:
             from servers import wait_ready
 

@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 SUPPORT = Path(__file__).resolve().parent  # helper scripts the tests start as processes
 DEFAULT_MODEL = "gemma-3-270m"
+# Replicas that share this machine split its cores, as the README says to: llama.cpp's threads spin while they wait
+# for each other, so two engines with a thread per core each slow every step about tenfold.
+SHARED_CORES = {"TOKENRELAY_ENGINE__THREADS": "1"}
 
 
 def free_port() -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anthropic
 import pytest
+from batch_support import chat_line, file_lines, submit, wait_ended
 from servers import Server, start_server
 
 from tokenrelay.backends.llamacpp.default_model import smollm2_path
@@ -67,3 +68,13 @@ def test_a_response_counts_its_reasoning_tokens(server: Server) -> None:
     assert response.output[0].type == "reasoning"
     assert response.usage is not None and response.usage.output_tokens == 12
     assert 10 <= response.usage.output_tokens_details.reasoning_tokens <= 12
+
+
+def test_a_batch_counts_the_reasoning_tokens_of_its_answers(server: Server) -> None:
+    client = server.client()
+    lines = [chat_line(f"t{i}", f"What is {i} plus {i}?", model=MODEL, max_tokens=8, temperature=0) for i in range(2)]
+    batch = wait_ended(client, submit(client, lines))
+    assert batch.status == "completed" and batch.usage is not None
+    answers = [row["response"]["body"]["usage"] for row in file_lines(client, batch.output_file_id)]
+    reasoning = sum(usage["completion_tokens_details"]["reasoning_tokens"] for usage in answers)
+    assert batch.usage.output_tokens_details.reasoning_tokens == reasoning > 0

@@ -54,6 +54,7 @@ class LineResult:
     input_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 class BatchStore:
@@ -200,6 +201,7 @@ class BatchStore:
                 input_tokens=result.input_tokens,
                 cached_tokens=result.cached_tokens,
                 output_tokens=result.output_tokens,
+                reasoning_tokens=result.reasoning_tokens,
             )
         )
         async with self.engine.begin() as conn:

@@ -208,6 +208,7 @@ batch_lines = Table(
     Column("input_tokens", Integer, nullable=False, default=0),
     Column("cached_tokens", Integer, nullable=False, default=0),
     Column("output_tokens", Integer, nullable=False, default=0),
+    Column("reasoning_tokens", Integer, nullable=False, default=0),  # of output_tokens
     PrimaryKeyConstraint("batch_id", "line"),
     Index("ix_batch_lines_state", "batch_id", "state"),
 )

@@ -55,7 +55,7 @@ def usage_of(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": sum(line["cached_tokens"] for line in done)},
         "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": sum(line["reasoning_tokens"] for line in done)},
         "total_tokens": prompt + output,
     }
 

@@ -25,8 +25,8 @@ def line_result(line: ClaimedLine, request_id: str, status: int, raw: bytes) -> 
         "response": {"status_code": status, "request_id": request_id, "body": body},
         "error": None,
     }
-    prompt, cached, output = _tokens(body) if status < 400 else (0, 0, 0)
-    return LineResult(status, result, prompt, cached, output)
+    tokens = _tokens(body) if status < 400 else (0, 0, 0, 0)
+    return LineResult(status, result, *tokens)
 
 
 def stopped_line(line: dict[str, Any], state: str) -> dict[str, Any]:
@@ -40,12 +40,14 @@ def stopped_line(line: dict[str, Any], state: str) -> dict[str, Any]:
     }
 
 
-def _tokens(body: Any) -> tuple[int, int, int]:
-    """(input, cached input, output) tokens from an answer's `usage`, in any endpoint's words."""
+def _tokens(body: Any) -> tuple[int, int, int, int]:
+    """(input, cached input, output, reasoning) tokens from an answer's `usage`, in any endpoint's words."""
     usage = body.get("usage") if isinstance(body, dict) else None
     if not isinstance(usage, dict):
-        return 0, 0, 0
+        return 0, 0, 0, 0
     prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
     output = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    return int(prompt), int(details.get("cached_tokens") or 0), int(output)
+    output_details = usage.get("completion_tokens_details") or usage.get("output_tokens_details") or {}
+    reasoning = output_details.get("reasoning_tokens") or 0
+    return int(prompt), int(details.get("cached_tokens") or 0), int(output), int(reasoning)

@@ -34,12 +34,20 @@ DEFAULT_BASE_MODELS = frozenset({"gemma-3-270m"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+def usable_cpus(most: int) -> int:
+    """The CPUs this process may run on (its affinity: `taskset`, a container's cpuset), at most `most`.
+    llama.cpp's threads spin while they wait for each other, so a thread per CPU the process cannot use makes
+    every step slower, not faster."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, most))
+
+
 class EngineSettings(BaseModel):
     """Embedded llama.cpp engine knobs; the defaults suit a 2-core machine and the default model."""
 
     model_config = ConfigDict(extra="forbid")
 
-    threads: int = Field(default_factory=lambda: max(1, min(os.cpu_count() or 1, 8)), ge=1)
+    threads: int = Field(default_factory=lambda: usable_cpus(most=8), ge=1)
     # 20: sixteen for batch lines (a step's cost grows in jumps with its width, and 16 sequences make the most
     # tokens per second on two cores) while `interactive_slots` stay free for requests.
     slots: int = Field(default=20, ge=1, le=256, description="sequences decoded together in one context")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -67,3 +69,12 @@ def test_a_price_written_back_reads_back_as_the_same_amount(amount: float | str)
     pricing = Pricing.model_validate({"input": amount, "output": amount, "cached_input": amount})
     again = Pricing.model_validate_json(pricing.model_dump_json())
     assert again == pricing and again.input == Decimal(str(amount))
+
+
+def test_the_engine_threads_default_to_the_cpus_the_process_may_use() -> None:
+    """Pinned to one CPU (`taskset`, a container's cpuset) the engine runs one thread, whatever the machine has."""
+    read = ["-c", "from tokenrelay.config import EngineSettings; print(EngineSettings().threads)"]
+    pinned = subprocess.run(["taskset", "-c", "0", sys.executable, *read], capture_output=True, text=True, check=True)
+    free = subprocess.run([sys.executable, *read], capture_output=True, text=True, check=True)
+    assert int(pinned.stdout) == 1
+    assert int(free.stdout) == min(len(os.sched_getaffinity(0)), 8)

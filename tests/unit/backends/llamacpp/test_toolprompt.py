@@ -90,3 +90,30 @@ def test_a_template_that_takes_tools_renders_them_itself() -> None:
     assert text.startswith("TOOL get_weather\n")
     assert 'assistant: Checking. CALL get_weather{"city":"Oslo"}' in text
     assert "You can call functions" not in text
+
+
+def test_a_template_that_takes_tools_is_told_how_a_lark_function_is_called_and_sees_its_calls_as_text() -> None:
+    source = (
+        "{% for t in tools or [] %}TOOL {{ t.function.name }}: {{ t.function.description }}\n{% endfor %}"
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}"
+        "{% for c in m.tool_calls or [] %} CALL {{ c.function.name }}{{ c.function.arguments }}{% endfor %}\n"
+        "{% endfor %}"
+    )
+    template = ChatTemplate(source, "test", bos_token="", eos_token="")
+    patch = {"type": "function", "function": {"name": "apply_patch", "description": "Edit files."}}
+    sent = {"id": "call_7", "type": "function", "function": {"name": "apply_patch", "arguments": '{"input":"+a"}'}}
+    weather = {"id": "call_8", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"X"}'}}
+    history = [
+        {"role": "user", "content": "Fix it."},
+        {"role": "assistant", "content": "On it.", "tool_calls": [sent, weather]},
+    ]
+    request = ChatCompletionRequest.model_validate({"model": "m", "messages": history, "tools": [patch, WEATHER]})
+    [grammar_tool, _] = request.tools or []
+    grammar_tool.function.follow_lark('start: "+" /[a-z]+/')
+    messages, tools = tool_prompt(template_messages(request), tool_spec(request), template.takes_tools)
+    text = template.render(messages, tools)
+    assert "TOOL apply_patch: Edit files. `apply_patch` takes text, not JSON" in text
+    assert "TOOL get_weather: Weather now.\n" in text
+    # The text call as the grammar writes it; the JSON call left for the template.
+    assert f"assistant: On it.\n{text_call('apply_patch', '+a')} CALL get_weather" in text
+    assert "CALL apply_patch" not in text

@@ -1,7 +1,8 @@
 """Tools in the prompt: through the chat template when it takes `tools`, else a convention in the system turn.
 
 Templates written for tool use (they read a `tools` variable) describe the tools their own way and render
-assistant `tool_calls` and `tool` results themselves. Other templates (the built-in ones, and the default
+assistant `tool_calls` and `tool` results themselves, save the calls of a function that takes text (a Lark
+custom tool): the template would show JSON, so those are written out in the text form the grammar asks for. Other templates (the built-in ones, and the default
 model's) get the tool list and the `toolformat` call syntax as system instructions, and see earlier calls
 written in that same syntax, so the model's own past calls are the examples it continues from.
 
@@ -24,15 +25,23 @@ def tool_prompt(
     messages: list[dict[str, Any]], spec: ToolSpec | None, template_takes_tools: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The messages to render and the template's `tools` variable."""
-    if template_takes_tools:
-        return messages, template_tools(spec) if spec else None
     texts = {f.name for f in spec.functions if f.lark is not None} if spec else set()
+    if template_takes_tools:
+        return written_text_calls(messages, texts), template_tools(spec) if spec else None
     written = written_calls(named_results(messages), texts)
     return (with_system_text(written, instructions(spec)) if spec else written), None
 
 
 def template_tools(spec: ToolSpec) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": f.model_dump(exclude_none=True)} for f in spec.functions]
+    """The template's `tools`: a text-call function's description says how it is called, since the template
+    would describe JSON arguments and the grammar asks for the text form."""
+    tools = []
+    for f in spec.functions:
+        function = f.model_dump(exclude_none=True)
+        if f.lark is not None:
+            function["description"] = " ".join(filter(None, [function.get("description"), _text_form(f.name)]))
+        tools.append({"type": "function", "function": function})
+    return tools
 
 
 def instructions(spec: ToolSpec) -> str:
@@ -79,6 +88,25 @@ def written_calls(messages: list[dict[str, Any]], texts: set[str]) -> list[dict[
             content = message.get("content") or ""
             message = {k: v for k, v in message.items() if k not in ("tool_calls", "function_call")}
             message["content"] = f"{content}\n{text}" if content else text
+        out.append(message)
+    return out
+
+
+def written_text_calls(messages: list[dict[str, Any]], texts: set[str]) -> list[dict[str, Any]]:
+    """For a template that renders calls itself: assistant turns' calls of the functions in `texts` written out
+    as text calls after their content (the template would show them as JSON); their other calls stay as they are."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls") or [] if message["role"] == "assistant" else []
+        as_text = [call for call in calls if call["function"]["name"] in texts]
+        if as_text:
+            text = "".join(_written(c["function"]["name"], c["function"]["arguments"], True) for c in as_text)
+            content = message.get("content") or ""
+            kept = [call for call in calls if call not in as_text]
+            message = {k: v for k, v in message.items() if k != "tool_calls"}
+            message["content"] = f"{content}\n{text}" if content else text
+            if kept:
+                message["tool_calls"] = kept
         out.append(message)
     return out
 

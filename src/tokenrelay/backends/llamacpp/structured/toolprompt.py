@@ -2,9 +2,10 @@
 
 Templates written for tool use (they read a `tools` variable) describe the tools their own way and render
 assistant `tool_calls` and `tool` results themselves, save the calls of a function that takes text (a Lark
-custom tool): the template would show JSON, so those are written out in the text form the grammar asks for. Other templates (the built-in ones, and the default
-model's) get the tool list and the `toolformat` call syntax as system instructions, and see earlier calls
-written in that same syntax, so the model's own past calls are the examples it continues from.
+custom tool): the template would show JSON, so those are written out in the text form the grammar asks for.
+Other templates (the built-in ones, and the default model's) get the tool list and the `toolformat` call
+syntax as system instructions, and see earlier calls written in that same syntax, so the model's own past
+calls are the examples it continues from.
 
 Under `tool_choice: none` the tools are left out of the prompt entirely: no call is parsed then, and a model
 that was not told how to call cannot start one.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from concurrent.futures import Future
 
 import llama_cpp
@@ -11,6 +12,7 @@ from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.native_thread import native_thread, side_thread
 from tokenrelay.config import EngineSettings
 
+State = ctypes.Array[ctypes.c_uint8]  # a sequence's cells, saved
 KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
 
 
@@ -41,6 +43,7 @@ class LlamaContext:
         kv_type: str | None = None,
         flash_attention: bool = True,
         v_type: str | None = None,
+        swa_full: bool = True,
     ) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
@@ -50,7 +53,8 @@ class LlamaContext:
         params.n_batch = params.n_ubatch = capacity
         params.n_threads = settings.threads
         params.n_threads_batch = settings.threads
-        params.swa_full = True  # sliding-window layers keep every cell, so cached prefixes can be reused
+        # Sliding-window layers keep every cell, so cached prefixes can be reused, unless told (`windows`).
+        params.swa_full = swa_full
         params.kv_unified = settings.kv_unified
         # llama.cpp's CPU flash attention has special kernels for F16/F32 caches that it picks by batch shape: a
         # split over the KV length for one query row of one sequence once the cache passes 256 cells, and a
@@ -120,6 +124,29 @@ class LlamaContext:
 
     def clear(self, seq_id: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def reset(self) -> None:
+        """Every sequence's cells dropped, and the next ones laid out from the first cell again."""
+        llama_cpp.llama_memory_clear(self.memory, True)
+
+    def save(self, seq_id: int, window_only: bool = False) -> State:
+        """A sequence's cells (with `window_only`, those of the sliding-window layers), as `load` takes them."""
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY if window_only else 0
+        size = llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq_id, flags)
+        state = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data_ext(self.ptr, state, size, seq_id, flags) != size:
+            raise RuntimeError("llama.cpp could not save a sequence's cells")
+        return state
+
+    def load(self, seq_id: int, state: State, window_only: bool = False) -> None:
+        """A sequence's cells as `save` had them. The whole state is laid out from the first cell on: the context
+        is emptied first (it must hold this sequence only), so where each cell lands does not depend on what came
+        before. A window's cells replace the sequence's and go where llama.cpp's search for free cells starts."""
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY if window_only else 0
+        if not window_only:
+            self.reset()
+        if llama_cpp.llama_state_seq_set_data_ext(self.ptr, state, len(state), seq_id, flags) != len(state):
+            raise RuntimeError("llama.cpp could not restore a sequence's cells")
 
     def copy(self, src: int, dst: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, dst, -1, -1)

@@ -132,6 +132,11 @@ class LlamaModel:
         return llama_cpp.llama_model_n_embd(self.ptr) // max(1, llama_cpp.llama_model_n_head(self.ptr))
 
     @property
+    def sliding_window(self) -> int:
+        """Tokens the model's sliding-window layers attend over (0: it has none)."""
+        return int(llama_cpp.llama_model_n_swa(self.ptr))
+
+    @property
     def chat_template(self) -> str | None:
         return self.meta("tokenizer.chat_template")
 

@@ -40,6 +40,7 @@ from tokenrelay.backends.llamacpp.planner import PrefillNeed, StepPlan, plan_ste
 from tokenrelay.backends.llamacpp.sampling import Draw, TokenSampler, logits_row, scale
 from tokenrelay.backends.llamacpp.slots import EngineStats, Lane, Sequence, Slot, common_prefix
 from tokenrelay.backends.llamacpp.textstream import Released, TextStream
+from tokenrelay.backends.llamacpp.windows import resume, settle
 from tokenrelay.config import EngineSettings
 from tokenrelay.errors import InvalidRequest, Overloaded
 
@@ -330,7 +331,9 @@ class Scheduler:
         for slot in (primary, *others):
             slot.last_job = job.serial
             slot.last_interactive = not job.background
-        if not primary.lane.context.keep_prefix(primary.seq_id, keep):
+        if primary.lane.window:
+            keep = resume(primary.lane.context, primary, keep)
+        elif not primary.lane.context.keep_prefix(primary.seq_id, keep):
             primary.lane.context.clear(primary.seq_id)
             keep = 0
         primary.cache = primary.cache[:keep]
@@ -496,7 +499,9 @@ class Scheduler:
             return
         context.set_threads(self._threads_for(context))
         decode_started = time.perf_counter()
-        status = self._decode(context, background)
+        # A window lane's decoding step is never aborted: its cell went where one that fell out of the window was,
+        # which taking it back cannot undo (its prompt pieces can be: they start at a checkpoint).
+        status = self._decode(context, background and not (lane.window and decode))
         decode_seconds = time.perf_counter() - decode_started
         self.stats.decode_seconds += decode_seconds
         if status == _ABORTED:
@@ -569,9 +574,11 @@ class Scheduler:
         removed the cells of the part it was computing, not of parts of the pass it had finished."""
         for seq_id, (length, pending) in before.items():
             slot = lane.slots[seq_id]
-            lane.context.keep_prefix(seq_id, length)
-            del slot.cache[length:]
-            slot.pending = pending
+            kept = resume(lane.context, slot, length) if lane.window else length
+            if not lane.window:
+                lane.context.keep_prefix(seq_id, length)
+            slot.pending = slot.cache[kept:length] + pending
+            del slot.cache[kept:]
 
     def _served_now(self) -> list[Slot]:
         """The busy slots this step serves: background jobs wait while any interactive job runs."""
@@ -603,12 +610,13 @@ class Scheduler:
         end = len(slot.cache)
         if job.prompt_logprobs is not None:
             self._score_prompt(slot.lane.context, job, job.prompt_logprobs, first_row, start, end)
-        if slot.pending:
-            return
-        last_row = first_row + (end - start) - 1
-        if job.prompt_logprobs is not None:
-            self._sink(job, PromptScored(job.scored))
-        self._start_sequences(slot, last_row)
+        if not slot.pending:
+            last_row = first_row + (end - start) - 1
+            if job.prompt_logprobs is not None:
+                self._sink(job, PromptScored(job.scored))
+            self._start_sequences(slot, last_row)
+        if slot.lane.window and end % slot.lane.boundary == 0:  # the logits read, the cells may move
+            settle(slot.lane.context, slot)
 
     def _score_prompt(self, context: LlamaContext, job: Job, top: int, first_row: int, start: int, end: int) -> None:
         """Logprob of prompt token p+1 from the logits at position p, for every position in the chunk, with the
@@ -713,6 +721,7 @@ class Scheduler:
                 continue
             lane.context.clear(slot.seq_id)
             slot.cache = []
+            slot.checkpoints.clear()
             self._release(slot)
             failed[id(job)] = job
         for job in failed.values():
@@ -758,11 +767,13 @@ def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
     if cells is None:
         return lanes
     flash = long_flash_attention(settings, model.head_dim)
+    window = model.sliding_window > 0
     for _ in range(settings.long_slots):
         pieces = step_rows(settings, 1, cells) - 1
 
         def make() -> LlamaContext:
-            return LlamaContext(model, settings, 1, cells, kv_type=settings.long_kv_type, flash_attention=flash)
+            kv = settings.long_kv_type
+            return LlamaContext(model, settings, 1, cells, kv_type=kv, flash_attention=flash, swa_full=not window)
 
-        lanes.append(Lane.open(make, cells, 1, reserve=0, boundary=pieces, drafts=False, beside=True))
+        lanes.append(Lane.open(make, cells, 1, reserve=0, boundary=pieces, drafts=False, beside=True, window=window))
     return lanes

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.context import LlamaContext, State
 from tokenrelay.backends.llamacpp.drafts import Odds
 from tokenrelay.backends.llamacpp.jobs import Job, SeqPlan
 from tokenrelay.backends.llamacpp.sampling import TokenSampler
@@ -35,6 +35,7 @@ class Slot:
     # Of those, the leading ones whose cells prompt pieces computed (not decoding steps), set by every piece. A cache
     # cut shorter is read only up to its end, and every job evaluates a piece before it decodes.
     evaluated: int = 0
+    checkpoints: dict[int, State] = field(default_factory=dict)  # a window lane's, by position (`windows`)
     seq: Sequence | None = None  # decoding
     job: Job | None = None  # prefilling (primary slot) or waiting for the prefill (other choices)
     pending: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
@@ -82,6 +83,7 @@ class Lane:
     boundary: int = 1  # a cached prefix is reused up to a multiple of this (where prompt pieces start)
     drafts: bool = True  # steps may carry guesses (`drafts`) beside a sequence's token
     beside: bool = False  # its prompt pieces may run on the side thread (`scheduler`)
+    window: bool = False  # its sliding-window layers keep only their window (`windows`)
     made: LlamaContext | None = None
 
     @classmethod
@@ -94,8 +96,9 @@ class Lane:
         boundary: int = 1,
         drafts: bool = True,
         beside: bool = False,
+        window: bool = False,
     ) -> Lane:
-        lane = cls(make, cells, reserve=reserve, boundary=boundary, drafts=drafts, beside=beside)
+        lane = cls(make, cells, reserve=reserve, boundary=boundary, drafts=drafts, beside=beside, window=window)
         lane.slots = [Slot(seq_id=i, lane=lane) for i in range(sequences)]
         return lane
 

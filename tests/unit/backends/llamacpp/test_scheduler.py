@@ -336,6 +336,42 @@ def test_a_long_prompt_evaluates_beside_the_streams_without_stalling_them_or_cha
     assert timeline.text("long") == again.text("long") and timeline.text("long")
 
 
+def test_a_long_slot_keeps_a_window_of_gemmas_sliding_layers_and_a_next_turn_answers_as_a_fresh_one(
+    model: LlamaModel,
+) -> None:
+    """Gemma's sliding-window layers keep only their window in a long slot: turn 1's prompt and its answer are
+    longer than that window, so the answer's cells overwrite cells of the prompt. Turn 2 resends both and starts
+    from the checkpoint where its last piece starts; its tokens and log-probabilities are a fresh evaluation's."""
+    settings = {"long_slots": 1, "max_context": 2048, "prefill_chunk": 128}
+    first = STORY * 70  # about 1,000 tokens: more than the window's cells (512 + a piece, rounded up)
+
+    def turn(scheduler: Scheduler, timeline: Timeline, name: str, text: str, tokens: int) -> Job:
+        prompt = model.tokenize(text, add_special=True, parse_special=False)
+        params = SamplingParams(temperature=0.0, top_logprobs=0)
+        plan = SeqPlan(index=0, params=params, max_tokens=tokens, stops=[])
+        job = Job(prompt, [plan], lambda event: timeline.events.put((name, event)))
+        scheduler.submit(job)
+        timeline.until_done(name)
+        return job
+
+    def logprobs(timeline: Timeline, name: str) -> list[float | None]:
+        return [lp.logprob for n, e in timeline.seen if n == name and isinstance(e, TextDelta) for lp in e.logprobs]
+
+    with running(model, **settings) as scheduler:
+        assert scheduler.lanes[1].window and model.sliding_window == 512
+        timeline = Timeline()
+        turn(scheduler, timeline, "turn 1", first, 120)
+        second = first + timeline.text("turn 1") + " The ledgers"
+        turn(scheduler, timeline, "turn 2", second, 24)
+    done = {name: event for name, event in timeline.seen if isinstance(event, JobDone)}
+    assert done["turn 2"].cached_tokens >= 768
+    fresh = Timeline()
+    with running(model, **settings) as scheduler:
+        turn(scheduler, fresh, "turn 2", second, 24)
+    assert timeline.text("turn 2") == fresh.text("turn 2") and logprobs(timeline, "turn 2")
+    assert logprobs(timeline, "turn 2") == logprobs(fresh, "turn 2")
+
+
 def test_a_long_job_cancelled_while_its_piece_runs_beside_frees_its_slot_at_once(model: LlamaModel) -> None:
     with running(model, long_slots=1, max_context=4096, prefill_chunk=512) as scheduler:
         timeline = Timeline()

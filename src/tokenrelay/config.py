@@ -53,7 +53,8 @@ class EngineSettings(BaseModel):
     slots: int = Field(default=20, ge=1, le=256, description="sequences decoded together in one context")
     ctx_per_slot: int = Field(default=1024, ge=64, description="KV cells available to each sequence")
     # A long slot holds a whole agent conversation (Codex CLI sends ~5.5k tokens, Claude Code ~21k): one by default,
-    # since its cells are allocated at start (about 300 MiB for 32k cells of the default Gemma model).
+    # since its cells are allocated when first used (about 120 MiB for 32k cells of the default Gemma model, whose
+    # sliding-window layers keep their window only).
     long_slots: int = Field(
         default=1,
         ge=0,

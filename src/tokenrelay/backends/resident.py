@@ -38,7 +38,8 @@ KV_BYTES = {"q8_0": 34 / 32, "f16": 2.0}  # per value: Q8_0 keeps 32 values in 3
 
 
 def memory_estimate(facts: GgufFacts, settings: EngineSettings) -> int:
-    """The weights plus every KV cell the engine would allocate for this model (its long slots included)."""
+    """The weights plus every KV cell the engine would allocate for this model (its long slots included). Every layer
+    is counted at a long slot's length: an upper bound for a model with sliding-window layers, which keep less."""
     short = settings.slots * cells_per_sequence(settings.ctx_per_slot)
     per_value = (KV_BYTES[settings.kv_type] + KV_BYTES[settings.v_type]) / 2  # K and V hold as many values
     memory = facts.file_bytes + facts.kv_bytes(short, per_value)

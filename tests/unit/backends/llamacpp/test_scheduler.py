@@ -372,6 +372,36 @@ def test_a_long_slot_keeps_a_window_of_gemmas_sliding_layers_and_a_next_turn_ans
     assert logprobs(timeline, "turn 2") == logprobs(fresh, "turn 2")
 
 
+def test_a_background_piece_aborted_in_a_window_slot_runs_again_from_its_checkpoint_unchanged(
+    model: LlamaModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch line's prompt piece in Gemma's long slot, aborted by an interactive arrival once the window has
+    wrapped: the piece is taken back to the checkpoint it started from and runs again, with the answer it gets
+    alone."""
+    settings = {"long_slots": 1, "max_context": 2048, "prefill_chunk": 128}
+    alone = Timeline()
+    with running(model, **settings) as scheduler:
+        scheduler.submit(alone.job(model, "batch", STORY * 70, 24, background=True))
+        alone.until_done("batch")
+    timeline = Timeline()
+    with running(model, **settings) as scheduler:
+        long = scheduler.lanes[1].context
+        real_decode, calls = long.decode, []
+
+        def decode() -> int:
+            calls.append(1)
+            if len(calls) == 7:  # the seventh piece: past the window's cells, which the sixth filled
+                scheduler.submit(timeline.job(model, "chat", "A short question about maps?", 6))
+            return real_decode()
+
+        monkeypatch.setattr(long, "decode", decode)
+        scheduler.submit(timeline.job(model, "batch", STORY * 70, 24, background=True))
+        timeline.until_done("chat", "batch")
+        aborted = scheduler.stats.aborted_steps
+    assert aborted == 1
+    assert timeline.text("batch") == alone.text("batch") and timeline.text("batch")
+
+
 def test_a_long_job_cancelled_while_its_piece_runs_beside_frees_its_slot_at_once(model: LlamaModel) -> None:
     with running(model, long_slots=1, max_context=4096, prefill_chunk=512) as scheduler:
         timeline = Timeline()

@@ -8,6 +8,11 @@ after a prompt of about `--prompt-tokens` tokens that repeats no run of words. M
 `--model gemma-3-270m` (4 heads of 256 dimensions) the two modes are `off` and `auto` (on) instead.
 
     python benchmarks/long_attention.py [--model smollm2-135m-instruct] [--trials 3] [--prompt-tokens 6000]
+
+`--setting NAME --values A B` compares two values of another engine setting the same way, e.g. Gemma's long slot
+with its sliding-window layers' window only and with every cell:
+
+    python benchmarks/long_attention.py --model gemma-3-270m --setting long_window --values true false
 """
 
 from __future__ import annotations
@@ -39,9 +44,9 @@ MODELS = {
 }
 
 
-def serve(mode: str, model: str, gguf: Path, work: Path, threads: int) -> Server:
+def serve(setting: str, mode: str, model: str, gguf: Path, work: Path, threads: int) -> Server:
     config = work / f"{mode}.yaml"
-    config.write_text(f"engine:\n  long_flash_attention: '{mode}'\n")
+    config.write_text(f"engine:\n  {setting}: '{mode}'\n")
     port = free_port()
     command = [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--data-dir", str(work / mode)]
     command += ["--config", str(config), "--model", str(gguf), "--model-id", model, "--threads", str(threads)]
@@ -68,13 +73,15 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=6000)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--setting", default="long_flash_attention")
+    parser.add_argument("--values", nargs=2, metavar=("A", "B"), help="default: auto and the model's other mode")
     args = parser.parse_args()
     gguf = smollm2_path(Path()) if args.model.startswith("smollm2") else ensure_default_model(shared_data_dir())
     prompts = Prompts(gguf)
-    modes = ("auto", MODELS[args.model][1])
+    modes = tuple(args.values or ("auto", MODELS[args.model][1]))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        servers = [serve(mode, args.model, gguf, work, args.threads) for mode in modes]
+        servers = [serve(args.setting, mode, args.model, gguf, work, args.threads) for mode in modes]
         figures: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
         try:
             for trial in range(args.trials):
@@ -82,14 +89,14 @@ def main() -> None:
                     prompt = prompts.words(args.prompt_tokens, f"t{trial}{server.name}")
                     figures[server.name].append(timed(server, args.model, prompt, args.max_tokens))
                     ttft, tok_s = figures[server.name][-1]
-                    print(f"trial {trial} {server.name:>4}: TTFT {ttft:6.1f} s, decode {tok_s:5.1f} tok/s", flush=True)
+                    print(f"trial {trial} {server.name:>5}: TTFT {ttft:6.1f} s, decode {tok_s:5.1f} tok/s", flush=True)
             print(f"\nmedians, ~{args.prompt_tokens} prompt tokens, {args.max_tokens} generated:")
             for server in servers:
                 ttft = statistics.median(t for t, _ in figures[server.name])
                 tok_s = statistics.median(s for _, s in figures[server.name])
                 rss = rss_mib(server.process.pid)
                 figure = f"TTFT {ttft:6.1f} s, {tok_s:5.1f} tok/s, RSS {rss:,.0f} MiB"
-                print(f"  long_flash_attention {server.name:>4}: {figure}")
+                print(f"  {args.setting} {server.name:>5}: {figure}")
         finally:
             for server in servers:
                 server.process.terminate()

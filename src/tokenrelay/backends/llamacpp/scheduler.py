@@ -767,7 +767,7 @@ def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
     if cells is None:
         return lanes
     flash = long_flash_attention(settings, model.head_dim)
-    window = model.sliding_window > 0
+    window = settings.long_window and model.sliding_window > 0
     for _ in range(settings.long_slots):
         pieces = step_rows(settings, 1, cells) - 1
 

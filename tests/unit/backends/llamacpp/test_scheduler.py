@@ -370,6 +370,8 @@ def test_a_long_slot_keeps_a_window_of_gemmas_sliding_layers_and_a_next_turn_ans
         turn(scheduler, fresh, "turn 2", second, 24)
     assert timeline.text("turn 2") == fresh.text("turn 2") and logprobs(timeline, "turn 2")
     assert logprobs(timeline, "turn 2") == logprobs(fresh, "turn 2")
+    with running(model, **settings, long_window=False) as scheduler:
+        assert not scheduler.lanes[1].window  # every cell kept, as in the short slots
 
 
 def test_a_background_piece_aborted_in_a_window_slot_runs_again_from_its_checkpoint_unchanged(

@@ -499,8 +499,8 @@ class Scheduler:
             return
         context.set_threads(self._threads_for(context))
         decode_started = time.perf_counter()
-        # A window lane's decoding step is never aborted: its cell went where one that fell out of the window was,
-        # which taking it back cannot undo (its prompt pieces can be: they start at a checkpoint).
+        # A window lane's decoding step is never aborted: its cell took the place of one that fell out of the window,
+        # which taking it back cannot undo, and checkpoints are only where prompt pieces start.
         status = self._decode(context, background and not (lane.window and decode))
         decode_seconds = time.perf_counter() - decode_started
         self.stats.decode_seconds += decode_seconds
@@ -574,9 +574,11 @@ class Scheduler:
         removed the cells of the part it was computing, not of parts of the pass it had finished."""
         for seq_id, (length, pending) in before.items():
             slot = lane.slots[seq_id]
-            kept = resume(lane.context, slot, length) if lane.window else length
-            if not lane.window:
+            if lane.window:  # back to the checkpoint the piece started from, its cells where they were
+                kept = resume(lane.context, slot, length)
+            else:
                 lane.context.keep_prefix(seq_id, length)
+                kept = length
             slot.pending = slot.cache[kept:length] + pending
             del slot.cache[kept:]
 

@@ -75,7 +75,8 @@ class EngineSettings(BaseModel):
     long_window: bool = Field(
         default=True,
         description="a long slot's sliding-window layers keep only their window (false: every cell, as the short "
-        "slots do); outputs are the same either way, a window costs less memory and time at long contexts",
+        "slots do); either way an answer does not depend on what ran before it, and a window costs less memory and "
+        "time at long contexts",
     )
     max_context: int | None = Field(
         default=None,

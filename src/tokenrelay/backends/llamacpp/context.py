@@ -130,7 +130,8 @@ class LlamaContext:
         llama_cpp.llama_memory_clear(self.memory, True)
 
     def save(self, seq_id: int, window_only: bool = False) -> State:
-        """A sequence's cells (with `window_only`, those of the sliding-window layers), as `load` takes them."""
+        """A sequence's cells, as `load` takes them; with `window_only`, those of the sliding-window layers, as
+        `load_window` takes them."""
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY if window_only else 0
         size = llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq_id, flags)
         state = (ctypes.c_uint8 * size)()
@@ -138,13 +139,18 @@ class LlamaContext:
             raise RuntimeError("llama.cpp could not save a sequence's cells")
         return state
 
-    def load(self, seq_id: int, state: State, window_only: bool = False) -> None:
-        """A sequence's cells as `save` had them. The whole state is laid out from the first cell on: the context
-        is emptied first (it must hold this sequence only), so where each cell lands does not depend on what came
-        before. A window's cells replace the sequence's and go where llama.cpp's search for free cells starts."""
-        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY if window_only else 0
-        if not window_only:
-            self.reset()
+    def load(self, seq_id: int, state: State) -> None:
+        """A sequence's cells as `save` had them, laid out from the first cell on: the context is emptied first (it
+        must hold this sequence only), so where each cell lands does not depend on what came before."""
+        self.reset()
+        self._restore(seq_id, state, 0)
+
+    def load_window(self, seq_id: int, state: State) -> None:
+        """A sequence's sliding-window cells as `save(window_only=True)` had them, in place of the ones it has;
+        they go where llama.cpp's search for free cells starts."""
+        self._restore(seq_id, state, llama_cpp.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY)
+
+    def _restore(self, seq_id: int, state: State, flags: int) -> None:
         if llama_cpp.llama_state_seq_set_data_ext(self.ptr, state, len(state), seq_id, flags) != len(state):
             raise RuntimeError("llama.cpp could not restore a sequence's cells")
 

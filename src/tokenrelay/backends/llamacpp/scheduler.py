@@ -331,11 +331,7 @@ class Scheduler:
         for slot in (primary, *others):
             slot.last_job = job.serial
             slot.last_interactive = not job.background
-        if primary.lane.window:
-            keep = resume(primary.lane.context, primary, keep)
-        elif not primary.lane.context.keep_prefix(primary.seq_id, keep):
-            primary.lane.context.clear(primary.seq_id)
-            keep = 0
+        keep = self._cut_back(primary, keep)
         primary.cache = primary.cache[:keep]
         primary.job, primary.pending = job, job.prompt[keep:]
         job.cached_tokens = keep
@@ -574,13 +570,21 @@ class Scheduler:
         removed the cells of the part it was computing, not of parts of the pass it had finished."""
         for seq_id, (length, pending) in before.items():
             slot = lane.slots[seq_id]
-            if lane.window:  # back to the checkpoint the piece started from, its cells where they were
-                kept = resume(lane.context, slot, length)
-            else:
-                lane.context.keep_prefix(seq_id, length)
-                kept = length
+            kept = self._cut_back(slot, length)
             slot.pending = slot.cache[kept:length] + pending
             del slot.cache[kept:]
+
+    @staticmethod
+    def _cut_back(slot: Slot, keep: int) -> int:
+        """A slot's cells cut back to its first `keep` tokens, or as near below as its lane allows (a window lane:
+        its last checkpoint at or before them; a cache that cannot cut there: nothing); returns the tokens kept."""
+        context = slot.lane.context
+        if slot.lane.window:
+            return resume(context, slot, keep)
+        if context.keep_prefix(slot.seq_id, keep):
+            return keep
+        context.clear(slot.seq_id)
+        return 0
 
     def _served_now(self) -> list[Slot]:
         """The busy slots this step serves: background jobs wait while any interactive job runs."""

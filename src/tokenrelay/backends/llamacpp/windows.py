@@ -39,5 +39,5 @@ def resume(context: LlamaContext, slot: Slot, keep: int) -> int:
     # The full layers' cells, and whatever is left of the window, laid out from the first cell; the window's
     # cells then replace the latter from the first cell on, as `settle` left them.
     context.load(slot.seq_id, context.save(slot.seq_id))
-    context.load(slot.seq_id, slot.checkpoints[position], window_only=True)
+    context.load_window(slot.seq_id, slot.checkpoints[position])
     return position

@@ -1,5 +1,5 @@
 """The few facts of a GGUF file that are needed before it is loaded: its architecture, trained context and the
-shape of its KV cache, read from the file's header.
+shape of its KV cache, read from the file's header; and the type of each of its weights.
 
 Written by hand because the `gguf` package's reader parses every tensor and every token of the vocabulary up
 front (seconds for a 262k-token vocabulary); this reads the key-value section only and skips arrays unread.
@@ -34,18 +34,15 @@ class GgufFacts:
         return int(cells * self.layers * self.kv_values_per_token * bytes_per_value)
 
 
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    name: str
+    ggml_type: int
+    rows: int  # the second dimension: a weight's output features
+
+
 def read_facts(path: Path) -> GgufFacts:
-    with path.open("rb") as file:
-        size = path.stat().st_size
-        if size < 24:
-            raise NotGguf(f"{path} is not a GGUF file")
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            if data[:4] != b"GGUF":
-                raise NotGguf(f"{path} is not a GGUF file")
-            try:
-                meta = _metadata(data)
-            except (struct.error, IndexError, UnicodeDecodeError) as exc:
-                raise NotGguf(f"{path}: its GGUF header cannot be read ({exc})") from exc
+    meta, _ = _read(path, tensors=False)
     arch = str(meta.get("general.architecture", ""))
 
     def number(key: str, default: int = 0) -> int:
@@ -58,10 +55,31 @@ def read_facts(path: Path) -> GgufFacts:
     key_length = number("attention.key_length", embedding // heads)
     value_length = number("attention.value_length", embedding // heads)
     context = number("context_length") or None
-    return GgufFacts(arch, size, context, number("block_count"), heads_kv * (key_length + value_length))
+    return GgufFacts(arch, path.stat().st_size, context, number("block_count"), heads_kv * (key_length + value_length))
 
 
-def _metadata(data: mmap.mmap) -> dict[str, Any]:
+def read_tensors(path: Path) -> list[TensorInfo]:
+    """The file's weights: name, ggml type and rows, from the tensor section that follows the key-value one."""
+    _, tensors = _read(path, tensors=True)
+    return tensors
+
+
+def _read(path: Path, tensors: bool) -> tuple[dict[str, Any], list[TensorInfo]]:
+    with path.open("rb") as file:
+        if path.stat().st_size < 24:
+            raise NotGguf(f"{path} is not a GGUF file")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[:4] != b"GGUF":
+                raise NotGguf(f"{path} is not a GGUF file")
+            try:
+                meta, offset = _metadata(data)
+                return meta, _tensors(data, offset) if tensors else []
+            except (struct.error, IndexError, UnicodeDecodeError) as exc:
+                raise NotGguf(f"{path}: its GGUF header cannot be read ({exc})") from exc
+
+
+def _metadata(data: mmap.mmap) -> tuple[dict[str, Any], int]:
+    """The key-value section, and the offset where the tensor section starts."""
     _version, _tensors, count = struct.unpack_from("<IQQ", data, 4)
     offset = 24
     meta: dict[str, Any] = {}
@@ -70,7 +88,21 @@ def _metadata(data: mmap.mmap) -> dict[str, Any]:
         (kind,) = struct.unpack_from("<I", data, offset)
         value, offset = _value(data, offset + 4, kind)
         meta[key] = value
-    return meta
+    return meta, offset
+
+
+def _tensors(data: mmap.mmap, offset: int) -> list[TensorInfo]:
+    _version, count = struct.unpack_from("<IQ", data, 4)
+    tensors = []
+    for _ in range(count):
+        name, offset = _string(data, offset)
+        (dims,) = struct.unpack_from("<I", data, offset)
+        shape = struct.unpack_from(f"<{dims}Q", data, offset + 4)
+        offset += 4 + 8 * dims
+        (kind,) = struct.unpack_from("<I", data, offset)
+        offset += 4 + 8  # the type, then the data's offset
+        tensors.append(TensorInfo(name, kind, shape[1] if dims > 1 else 1))
+    return tensors
 
 
 def _string(data: mmap.mmap, offset: int) -> tuple[str, int]:

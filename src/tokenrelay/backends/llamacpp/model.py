@@ -11,6 +11,8 @@ from pathlib import Path
 
 import llama_cpp
 
+from tokenrelay.backends.llamacpp.repack import Overrides, repack_overrides
+
 log = logging.getLogger(__name__)
 
 
@@ -83,7 +85,9 @@ class LlamaModel:
         repack_weights: bool = False,
         on_progress: Callable[[float], None] | None = None,
         batch_invariant: bool = True,
+        overrides: Overrides | None = None,
     ) -> None:
+        """`overrides`: weights placed in other buffer types by name (`repack`)."""
         choose_kernels(batch_invariant)
         init_backend()
         params = llama_cpp.llama_model_default_params()
@@ -91,6 +95,9 @@ class LlamaModel:
         # Repacked layouts compute rows in groups of four with a different summation order than one row
         # alone, so a sequence's logits would depend on how many others share its step.
         params.use_extra_bufts = repack_weights
+        if overrides is not None:
+            params.tensor_buft_overrides = overrides.pointer  # `overrides` stays referenced until loading returns
+        self.repacked = repack_weights or overrides is not None
         callback = _progress_callback(on_progress)
         if callback is not None:
             params.progress_callback = callback  # `callback` stays referenced until loading returns
@@ -107,6 +114,14 @@ class LlamaModel:
         if self.ptr:
             llama_cpp.llama_model_free(self.ptr)
             self.ptr = None
+
+    def repacked_copy(self) -> LlamaModel | None:
+        """The same file loaded again with the weights this CPU repacks in their repacked layouts (`repack`), for
+        a long slot; None when there are none, or these weights are repacked already."""
+        overrides = None if self.repacked else repack_overrides(self.path)
+        if overrides is None:
+            return None
+        return LlamaModel(self.path, overrides=overrides)
 
     # Metadata ---------------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:

@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
@@ -73,7 +74,8 @@ class Scheduler:
         """`known_invariance`: the probe's verdict for this model, build, machine and settings, when one was kept."""
         self.model = model
         self.settings = settings
-        self.lanes = open_lanes(model, settings)
+        self._long_model: LlamaModel | None = None
+        self.lanes = open_lanes(model, settings, self._long_weights)
         self.slots = [slot for lane in self.lanes for slot in lane.slots]
         self.stats = EngineStats()
         # Guesses (`drafts`) fill a narrow step up to this many rows: one more row of a lone sequence costs a fraction
@@ -110,6 +112,17 @@ class Scheduler:
         self._thread.join(timeout=30)
         for lane in self.lanes:
             lane.close()
+        if self._long_model not in (None, self.model):
+            self._long_model.close()
+
+    def _long_weights(self) -> LlamaModel:
+        """The weights a long slot computes with: a repacked copy where this CPU has one (`repack`), made once."""
+        if self._long_model is None:
+            copy = self.model.repacked_copy() if self.settings.long_repack else None
+            if copy is not None:
+                log.info("model %s: a long slot's weights repacked for this CPU", self.model.path.name)
+            self._long_model = copy or self.model
+        return self._long_model
 
     @property
     def n_ctx(self) -> int:
@@ -758,9 +771,9 @@ def long_flash_attention(settings: EngineSettings, head_dim: int) -> bool:
     return settings.long_flash_attention == "auto" and head_dim >= SMALL_HEAD_DIM
 
 
-def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
+def open_lanes(model: LlamaModel, settings: EngineSettings, long_weights: Callable[[], LlamaModel]) -> list[Lane]:
     """The `slots` of `ctx_per_slot` cells, then `long_slots` lanes of one slot with `max_context` cells (by
-    default the model's trained context) where that is longer.
+    default the model's trained context) where that is longer, computing with `long_weights()`.
 
     A long slot is a context of its own with an F16 cache, whose attention kernels evaluate a long prompt about
     twice as fast as the Q8_0 cache's row-by-row one (docs/benchmarks.md). They are chosen by batch shape, so the
@@ -779,7 +792,8 @@ def open_lanes(model: LlamaModel, settings: EngineSettings) -> list[Lane]:
 
         def make() -> LlamaContext:
             kv = settings.long_kv_type
-            return LlamaContext(model, settings, 1, cells, kv_type=kv, flash_attention=flash, swa_full=not window)
+            weights = long_weights()
+            return LlamaContext(weights, settings, 1, cells, kv_type=kv, flash_attention=flash, swa_full=not window)
 
         lanes.append(Lane.open(make, cells, 1, reserve=0, boundary=pieces, drafts=False, beside=True, window=window))
     return lanes

@@ -79,7 +79,7 @@ class EngineSettings(BaseModel):
         "time at long contexts",
     )
     # A long slot's steps are a function of its one sequence, so there llama.cpp's repacked weights (rows taken four
-    # at a time) stay batch-invariant; Gemma 3's 2,000-token prompts evaluate about 11% faster (docs/benchmarks.md).
+    # at a time) stay batch-invariant; Gemma 3's long prompts evaluate 8-11% faster (docs/benchmarks.md).
     long_repack: bool = Field(
         default=True,
         description="a long slot computes with the weights this CPU repacks (Q4_0, Q4_K, IQ4_NL on x86 with AVX2) in "

@@ -1,7 +1,7 @@
 """A long slot's copy of the weights in llama.cpp's repacked CPU layouts (`engine.long_repack`).
 
 llama.cpp multiplies Q4_0, Q4_K and IQ4_NL weights on x86 with AVX2 faster once their rows are interleaved in
-groups of eight (its `CPU_REPACK` buffer type, ggml-cpu/repack.cpp): a long prompt evaluates about a tenth faster
+groups of eight (its `CPU_REPACK` buffer type, ggml-cpu/repack.cpp): a long prompt evaluates 8-11% faster
 with Gemma 3's Q4_K layers (docs/benchmarks.md). Those kernels take activation rows four at a time, so a row's sum
 depends on how many rows share its step, which the short slots' mixed steps cannot allow; a long slot's steps are
 a function of its one sequence (`scheduler.open_lanes`), so there it stays invariant. The long slot therefore gets

@@ -75,6 +75,7 @@ class LlamaContext:
         self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
+        self.model = model
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ptr)
         self.step_prefill = capacity - sequences  # prompt tokens one step evaluates at most

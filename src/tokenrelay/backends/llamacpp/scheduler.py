@@ -118,7 +118,11 @@ class Scheduler:
     def _long_weights(self) -> LlamaModel:
         """The weights a long slot computes with: a repacked copy where this CPU has one (`repack`), made once."""
         if self._long_model is None:
-            copy = self.model.repacked_copy() if self.settings.long_repack else None
+            copy = None
+            try:
+                copy = self.model.repacked_copy() if self.settings.long_repack else None
+            except RuntimeError as exc:  # a speed-up only: the long slots then compute with the plain weights
+                log.warning("model %s: long slots without repacked weights (%s)", self.model.path.name, exc)
             if copy is not None:
                 log.info("model %s: a long slot's weights repacked for this CPU", self.model.path.name)
             self._long_model = copy or self.model

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from tokenrelay.backends.llamacpp.context import LlamaContext, State
 from tokenrelay.backends.llamacpp.drafts import Odds
@@ -115,9 +116,11 @@ class Lane:
     def free(self) -> list[Slot]:
         return [slot for slot in self.slots if slot.free]
 
-    def status(self) -> dict[str, int]:
+    def status(self) -> LaneStatus:
         busy = [slot for slot in self.slots if not slot.free]
         return {
+            # Whether its context computes with repacked weights (`repack`); None until the context is made.
+            "repacked_weights": None if self.made is None else self.made.model.repacked,
             "slots": len(self.slots),
             "busy_slots": len(busy),
             "context_per_slot": self.cells,
@@ -125,6 +128,18 @@ class Lane:
             "cells_in_use": sum(len(slot.cache) for slot in busy),
             "cells_cached": sum(len(slot.cache) for slot in self.slots if slot.free),
         }
+
+
+class LaneStatus(TypedDict):
+    """A lane in `/health`."""
+
+    repacked_weights: bool | None
+    slots: int
+    busy_slots: int
+    context_per_slot: int
+    cells: int
+    cells_in_use: int
+    cells_cached: int
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from tokenrelay.backends.base import TextDelta
+from tokenrelay.backends.llamacpp.cpu import build_features
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams
@@ -372,6 +373,22 @@ def test_a_long_slot_keeps_a_window_of_gemmas_sliding_layers_and_a_next_turn_ans
     assert logprobs(timeline, "turn 2") == logprobs(fresh, "turn 2")
     with running(model, **settings, long_window=False) as scheduler:
         assert not scheduler.lanes[1].window  # every cell kept, as in the short slots
+
+
+@pytest.mark.skipif("AVX2 = 1" not in build_features(), reason="llama.cpp repacks Gemma's Q4_K weights with AVX2")
+@pytest.mark.parametrize("repack", [True, False])
+def test_a_long_slot_computes_with_repacked_weights_and_the_short_slots_with_the_plain_ones(
+    model: LlamaModel, repack: bool
+) -> None:
+    with running(model, long_slots=1, max_context=2048, long_repack=repack) as scheduler:
+        short, long = scheduler.lanes
+        assert long.status()["repacked_weights"] is None  # its context is made on first use
+        timeline = Timeline()
+        scheduler.submit(timeline.job(model, "long", STORY * 20, 4))
+        scheduler.submit(timeline.job(model, "short", "A short question about maps?", 4))
+        timeline.until_done("long", "short")
+        assert long.status()["repacked_weights"] is repack and short.status()["repacked_weights"] is False
+        assert timeline.text("long") and timeline.text("short")
 
 
 def test_a_background_piece_aborted_in_a_window_slot_runs_again_from_its_checkpoint_unchanged(

@@ -38,7 +38,7 @@ class GgufFacts:
 class TensorInfo:
     name: str
     ggml_type: int
-    rows: int  # the second dimension: a weight's output features
+    shape: tuple[int, ...]  # ggml's order: a matrix's row length first, then its rows (a weight's output features)
 
 
 def read_facts(path: Path) -> GgufFacts:
@@ -59,7 +59,7 @@ def read_facts(path: Path) -> GgufFacts:
 
 
 def read_tensors(path: Path) -> list[TensorInfo]:
-    """The file's weights: name, ggml type and rows, from the tensor section that follows the key-value one."""
+    """The file's weights: name, ggml type and shape, from the tensor section that follows the key-value one."""
     _, tensors = _read(path, tensors=True)
     return tensors
 
@@ -101,7 +101,7 @@ def _tensors(data: mmap.mmap, offset: int) -> list[TensorInfo]:
         offset += 4 + 8 * dims
         (kind,) = struct.unpack_from("<I", data, offset)
         offset += 4 + 8  # the type, then the data's offset
-        tensors.append(TensorInfo(name, kind, shape[1] if dims > 1 else 1))
+        tensors.append(TensorInfo(name, kind, tuple(shape)))
     return tensors
 
 

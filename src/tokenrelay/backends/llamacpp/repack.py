@@ -29,7 +29,7 @@ from tokenrelay.backends.llamacpp.cpu import build_features
 from tokenrelay.models.gguf_header import NotGguf, read_tensors
 
 REPACK_BUFFER = b"CPU_REPACK"
-# ggml-cpu/repack.cpp, x86 with AVX2: these types, for weights whose rows come in groups of eight.
+# ggml-cpu/repack.cpp, x86 with AVX2: these types, for matrices whose rows come in groups of eight.
 X86_TYPES = {llama_cpp.GGML_TYPE_Q4_0, llama_cpp.GGML_TYPE_Q4_K, llama_cpp.GGML_TYPE_IQ4_NL}
 ROW_GROUP = 8
 _CPU_DEVICE = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
@@ -65,12 +65,17 @@ def repack_overrides(path: Path) -> Overrides | None:
     if buffer_type is None:
         return None
     try:
-        names = [t.name for t in read_tensors(path) if t.ggml_type in X86_TYPES and t.rows % ROW_GROUP == 0]
+        names = [t.name for t in read_tensors(path) if t.ggml_type in X86_TYPES and _interleaves(t.shape)]
     except (OSError, NotGguf):
         return None
     if not names:
         return None
     return Overrides(("^(" + "|".join(re.escape(name) for name in names) + ")$").encode(), buffer_type)
+
+
+def _interleaves(shape: tuple[int, ...]) -> bool:
+    """A matrix whose rows come in groups of eight; a stack of experts' matrices is left to llama.cpp's own choice."""
+    return len(shape) == 2 and shape[1] % ROW_GROUP == 0
 
 
 @functools.cache

@@ -2,7 +2,7 @@
 shape of its KV cache, read from the file's header; and the type of each of its weights.
 
 Written by hand because the `gguf` package's reader parses every tensor and every token of the vocabulary up
-front (seconds for a 262k-token vocabulary); this reads the key-value section only and skips arrays unread.
+front (seconds for a 262k-token vocabulary); this skips arrays unread, and reads the tensor section only when asked.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ the file, shared with the first load through the page cache).
 
 Placed by name (llama.cpp's tensor buffer-type overrides) rather than with llama.cpp's own choice of extra buffer
 types, which takes the AMX type first on CPUs that advertise it, and some virtual machines fault on AMX
-(`cpu.py`). llama.cpp does not say which weights a buffer type takes, so the rule of its x86 code is written here:
-a weight another CPU would repack differently is left as it is.
+(`cpu.py`). llama.cpp does not say which weights a buffer type takes, so the rule of its x86 code is written here,
+and other CPUs get no copy.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from concurrent.futures import Future
 import llama_cpp
 
 from tokenrelay.backends.llamacpp.abort_flag import AbortFlag
+from tokenrelay.backends.llamacpp.kernels import PassKernels
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.native_thread import native_thread, side_thread
 from tokenrelay.config import EngineSettings
@@ -76,6 +77,8 @@ class LlamaContext:
         if not self.ptr:
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
         self.model = model
+        # The kernels of each pass, chosen by what it computes (`kernels`); None: one choice for every pass.
+        self.kernels = PassKernels.of(self.ptr) if settings.batch_invariant else None
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ptr)
         self.step_prefill = capacity - sequences  # prompt tokens one step evaluates at most
@@ -87,13 +90,24 @@ class LlamaContext:
             llama_cpp.llama_free(self.ptr)
             self.ptr = None
 
-    def decode(self) -> int:
-        """llama_decode's status: 0 done, 2 aborted (`abort`; the step's cells are already removed), else failed."""
+    def decode(self, prompt: bool = False) -> int:
+        """llama_decode's status: 0 done, 2 aborted (`abort`; the step's cells are already removed), else failed.
+        `prompt`: the batch holds prompt pieces only, no decoding sequence's rows (`kernels`)."""
+        if self.kernels is not None:
+            self.kernels.choose(prompt)
         return native_thread().run(llama_cpp.llama_decode, self.ptr, self.batch.raw)
 
     def decode_beside(self) -> Future[int]:
-        """`decode` on the side thread, with one thread (`set_threads` first); returns at once."""
+        """`decode` of prompt pieces on the side thread, with one thread (`set_threads` first); returns at once."""
+        if self.kernels is not None:
+            self.kernels.choose(prompt=True)
         return side_thread().submit(llama_cpp.llama_decode, self.ptr, self.batch.raw)
+
+    @property
+    def decoded_cells_as_prompted(self) -> bool:
+        """Whether a decoding step computes a token's cells as a prompt piece would: not where the two take
+        different kernels (`kernels`)."""
+        return self.kernels is None
 
     def set_threads(self, threads: int) -> None:
         """The threads of this context's next decodes."""
@@ -110,12 +124,12 @@ class LlamaContext:
         type.)"""
         return self.kv_type not in ("f16", "f32") or self.v_type != self.kv_type
 
-    def run(self, rows: list[tuple[int, int, int, bool]]) -> list[int]:
+    def run(self, rows: list[tuple[int, int, int, bool]], prompt: bool = False) -> list[int]:
         """One decode over (token, position, sequence, wants logits) rows, outside the scheduler's steps (the
-        start-up probes); returns the rows' indices for reading their logits."""
+        start-up probes), of prompt pieces or not (`decode`); returns the rows' indices for reading their logits."""
         self.batch.clear()
         indices = [self.batch.add(*row) for row in rows]
-        if self.decode() != 0:
+        if self.decode(prompt) != 0:
             raise RuntimeError("llama_decode failed")
         return indices
 

@@ -1,7 +1,7 @@
 """A start-up check that a sequence's logits do not depend on what else shares its `llama_decode` step.
 
 Whether llama.cpp's CPU kernels are batch-invariant depends on how the library was built and set up
-(repacked weights, the tiled K-quant kernel's row threshold: see `model.choose_kernels`), so
+(repacked weights, the tiled K-quant kernel's row threshold: see `kernels`), so
 instead of assuming, the engine measures it once per context and reports the answer in `/health` and the
 log. The probe runs up to nine sequences side by side, so that its steps cross the 8-row threshold where
 llama.cpp switches kernels. It is a necessary condition, not a guarantee (see README, "Batch invariance").
@@ -36,7 +36,8 @@ def prefill(context: LlamaContext, tokens: list[int], seq: int, chunk: int) -> i
     row = 0
     for start in range(0, len(tokens), chunk):
         piece = tokens[start : start + chunk]
-        row = context.run([(t, start + i, seq, start + i == len(tokens) - 1) for i, t in enumerate(piece)])[-1]
+        rows = [(t, start + i, seq, start + i == len(tokens) - 1) for i, t in enumerate(piece)]
+        row = context.run(rows, prompt=True)[-1]
     return row
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
 
+from tokenrelay.backends.llamacpp.kernels import choose_kernels
 from tokenrelay.backends.llamacpp.repack import Overrides, repack_overrides
 
 log = logging.getLogger(__name__)
@@ -36,24 +36,6 @@ def _forward_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None
         _native_log.warning(message)
     else:
         _native_log.debug(message)
-
-
-# llama.cpp's CPU backend multiplies K-quant weights (Q4_K, Q6_K, ...) with a tiled kernel when the
-# activations have 8 rows or more (ggml-cpu/tiled/tiled.cpp, `ggml_tiled_min_batch`) and with the row-by-row
-# `vec_dot` kernels below that. The two sum in different orders, so a sequence's logits changed with the
-# number of rows its step held: the cause of greedy outputs differing under load. Its master switch
-# GGML_CPU_TILED_MM=0 keeps the row-by-row kernels at every row count (GGML_CPU_TILED_MM_FORCE=1 would take the
-# tiled one at every count instead: invariant too, but slower for a lone stream; docs/benchmarks.md). llama.cpp
-# reads both once, at its first multiplication, so the choice is the process's: the first model loaded makes it.
-TILED_KERNEL_SWITCH = "GGML_CPU_TILED_MM"
-TILED_KERNEL_FORCE = "GGML_CPU_TILED_MM_FORCE"
-
-
-def choose_kernels(batch_invariant: bool) -> None:
-    """Before llama.cpp's first multiplication: one kernel for every row count, or llama.cpp's pick by shape. An
-    operator's own setting of either switch wins; the start-up probe reports the outcome."""
-    if batch_invariant and TILED_KERNEL_FORCE not in os.environ:
-        os.environ.setdefault(TILED_KERNEL_SWITCH, "0")
 
 
 @functools.cache

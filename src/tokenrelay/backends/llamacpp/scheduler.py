@@ -394,13 +394,14 @@ class Scheduler:
     def _reusable(self, slot: Slot, job: Job) -> int:
         """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt, never the last
         prompt token (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused.
-        Where kernels are the same at every shape (`boundary` 1), a token's cells are the same whether it was
-        decoded or read in a prompt, so generated tokens are reused too; in a long slot, whose kernels are chosen
-        by shape, a decoding step computes a token's cells otherwise than a prompt piece, so only cells prompt
-        pieces computed are reused there."""
+        Where one kernel serves every pass (`boundary` 1 and `decoded_cells_as_prompted`), a token's cells are the
+        same whether it was decoded or read in a prompt, so generated tokens are reused too; where decoding steps
+        and prompt pieces take different kernels (`kernels`; a long slot's by shape), only cells prompt pieces
+        computed are reused."""
         if job.prompt_logprobs is not None:
             return 0
-        cached = slot.cache if slot.lane.boundary == 1 else slot.cache[: slot.evaluated]
+        as_prompted = slot.lane.boundary == 1 and slot.lane.context.decoded_cells_as_prompted
+        cached = slot.cache if as_prompted else slot.cache[: slot.evaluated]
         return min(common_prefix(cached, job.prompt), len(job.prompt) - 1)
 
     def _step(self) -> None:
@@ -481,8 +482,13 @@ class Scheduler:
     def _pass(self, lane: Lane, decode: list[int], prefill: list[tuple[int, int]], background: bool) -> None:
         """One `llama_decode` over a lane's sequences in the step, then their sampling (logits rows are only valid
         until the next decode). A step of `background` jobs only may be aborted: it is then taken back, as if not
-        run."""
+        run. Where prompt pieces and decoding steps take different kernels (`kernels`), a lane's step with both is
+        two passes."""
         context, slots = lane.context, lane.slots
+        if decode and prefill and context.kernels is not None:
+            self._pass(lane, decode, [], background)
+            self._pass(lane, [], prefill, background)
+            return
         batch = context.batch
         batch.clear()
         rows: dict[int, list[int]] = {}  # a decoding sequence's rows: its next token's, then its drafts'
@@ -514,7 +520,7 @@ class Scheduler:
         decode_started = time.perf_counter()
         # A window lane's decoding step is never aborted: its cell took the place of one that fell out of the window,
         # which taking it back cannot undo, and checkpoints are only where prompt pieces start.
-        status = self._decode(context, background and not (lane.window and decode))
+        status = self._decode(context, background and not (lane.window and decode), prompt=not decode)
         decode_seconds = time.perf_counter() - decode_started
         self.stats.decode_seconds += decode_seconds
         if status == _ABORTED:
@@ -559,9 +565,9 @@ class Scheduler:
             seq.odds.checked += min(len(drafts), right + 1)  # the right ones and the first wrong one, if any
             slot.lane.context.keep_prefix(slot.seq_id, len(slot.cache))
 
-    def _decode(self, context: LlamaContext, background: bool) -> int:
-        """A lane's decode; an interactive arrival aborts a `background` one (`submit`), also one that came
-        while the step was being planned."""
+    def _decode(self, context: LlamaContext, background: bool, prompt: bool) -> int:
+        """A lane's decode (of prompt pieces only: `prompt`); an interactive arrival aborts a `background` one
+        (`submit`), also one that came while the step was being planned."""
         with self._lock:
             self._background_step = context if background else None
             if background and self._interactive_arrived:
@@ -569,7 +575,7 @@ class Scheduler:
             else:
                 context.abort.clear()
         try:
-            return context.decode()
+            return context.decode(prompt)
         finally:
             with self._lock:
                 self._background_step = None

@@ -121,6 +121,8 @@ class Lane:
         return {
             # Whether its context computes with repacked weights (`repack`); None until the context is made.
             "repacked_weights": None if self.made is None else self.made.model.repacked,
+            # Whether prompt pieces and decoding steps take kernels of their own (`kernels`); None until made.
+            "kernels_by_pass": None if self.made is None else self.made.kernels is not None,
             "slots": len(self.slots),
             "busy_slots": len(busy),
             "context_per_slot": self.cells,
@@ -134,6 +136,7 @@ class LaneStatus(TypedDict):
     """A lane in `/health`."""
 
     repacked_weights: bool | None
+    kernels_by_pass: bool | None
     slots: int
     busy_slots: int
     context_per_slot: int

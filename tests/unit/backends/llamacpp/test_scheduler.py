@@ -78,7 +78,7 @@ def test_a_failed_decode_fails_the_jobs_of_the_step_and_the_engine_goes_on(
     model: LlamaModel, scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing, failing_out = job(model, STORY)
-    monkeypatch.setattr(scheduler.lanes[0].context, "decode", lambda: -1)
+    monkeypatch.setattr(scheduler.lanes[0].context, "decode", lambda prompt=False: -1)
     scheduler.submit(failing)
     events = failing_out.until_end()
     assert isinstance(events[-1], JobFailed) and events[-1].status == 500
@@ -225,12 +225,12 @@ def test_an_interactive_arrival_aborts_a_background_step_which_runs_again_unchan
         chat = timeline.job(model, "chat", "A short question about maps?", 6)
         real_decode, calls = scheduler.lanes[0].context.decode, []
 
-        def decode() -> int:
+        def decode(prompt: bool = False) -> int:
             # The chat arrives while the scheduler is inside the batch job's `step`th decode.
             calls.append(1)
             if len(calls) == step:
                 scheduler.submit(chat)
-            return real_decode()
+            return real_decode(prompt)
 
         monkeypatch.setattr(scheduler.lanes[0].context, "decode", decode)
         before = scheduler.stats.aborted_steps
@@ -407,11 +407,11 @@ def test_a_background_piece_aborted_in_a_window_slot_runs_again_from_its_checkpo
         long = scheduler.lanes[1].context
         real_decode, calls = long.decode, []
 
-        def decode() -> int:
+        def decode(prompt: bool = False) -> int:
             calls.append(1)
             if len(calls) == 7:  # the seventh piece: past the window's cells, which the sixth filled
                 scheduler.submit(timeline.job(model, "chat", "A short question about maps?", 6))
-            return real_decode()
+            return real_decode(prompt)
 
         monkeypatch.setattr(long, "decode", decode)
         scheduler.submit(timeline.job(model, "batch", STORY * 70, 24, background=True))

@@ -79,11 +79,13 @@ class EngineSettings(BaseModel):
         "time at long contexts",
     )
     # A long slot's steps are a function of its one sequence, so there llama.cpp's repacked weights (rows taken four
-    # at a time) stay batch-invariant; Gemma 3's long prompts evaluate 8-11% faster (docs/benchmarks.md).
+    # at a time) stay batch-invariant.
     long_repack: bool = Field(
-        default=True,
+        default=False,
         description="a long slot computes with the weights this CPU repacks (Q4_0, Q4_K, IQ4_NL on x86 with AVX2) in "
-        "llama.cpp's repacked layouts: a second load of the model file, whose other weights share its pages",
+        "llama.cpp's repacked layouts: a second load of the model file, whose other weights share its pages. Off by "
+        "default: its prompts are no faster than with the tiled kernel prompt pieces take (`kernels`), only than "
+        "with the row-by-row one of builds that cannot choose kernels pass by pass",
     )
     max_context: int | None = Field(
         default=None,

@@ -73,10 +73,13 @@ def _probe_key(model_path: Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+KERNEL_SWITCHES = ("GGML_", "LLAMA_ATTN_ROT_")  # environment switches that change what llama.cpp computes
+
+
 def invariance_key(model_path: Path, setup: dict[str, object]) -> str:
     """What the batch-invariance probe's verdict depends on: the machine, the build, the model and `setup` (the
     kernel switches, the KV type, repacking, the probe's width and prompt pieces)."""
-    switches = {name: os.environ.get(name) for name in sorted(os.environ) if name.startswith("GGML_")}
+    switches = {name: os.environ.get(name) for name in sorted(os.environ) if name.startswith(KERNEL_SWITCHES)}
     described = json.dumps({"setup": setup, "switches": switches}, sort_keys=True)
     return hashlib.sha256(f"{_probe_key(model_path)}\n{described}".encode()).hexdigest()[:16]
 

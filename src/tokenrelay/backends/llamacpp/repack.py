@@ -1,12 +1,14 @@
 """A long slot's copy of the weights in llama.cpp's repacked CPU layouts (`engine.long_repack`).
 
-llama.cpp multiplies Q4_0, Q4_K and IQ4_NL weights on x86 with AVX2 faster once their rows are interleaved in
-groups of eight (its `CPU_REPACK` buffer type, ggml-cpu/repack.cpp): a long prompt evaluates 8-11% faster
-with Gemma 3's Q4_K layers (docs/benchmarks.md). Those kernels take activation rows four at a time, so a row's sum
-depends on how many rows share its step, which the short slots' mixed steps cannot allow; a long slot's steps are
-a function of its one sequence (`scheduler.open_lanes`), so there it stays invariant. The long slot therefore gets
-a second load of the model file with just those weights placed in `CPU_REPACK` (the other weights stay mapped from
-the file, shared with the first load through the page cache).
+llama.cpp multiplies Q4_0, Q4_K and IQ4_NL weights on x86 with AVX2 faster than its row-by-row kernels once their
+rows are interleaved in groups of eight (its `CPU_REPACK` buffer type, ggml-cpu/repack.cpp): a long prompt evaluates
+8-11% faster with Gemma 3's Q4_K layers where prompt pieces take the row-by-row kernels, and no faster than with the
+tiled kernel they take where passes choose their kernels (`kernels`; docs/benchmarks.md), hence off by default.
+Those kernels take activation rows four at a time, so a row's sum depends on how many rows share its step, which
+the short slots' mixed steps cannot allow; a long slot's steps are a function of its one sequence
+(`scheduler.open_lanes`), so there it stays invariant. The long slot therefore gets a second load of the model file
+with just those weights placed in `CPU_REPACK` (the other weights stay mapped from the file, shared with the first
+load through the page cache).
 
 Placed by name (llama.cpp's tensor buffer-type overrides) rather than with llama.cpp's own choice of extra buffer
 types, which takes the AMX type first on CPUs that advertise it, and some virtual machines fault on AMX

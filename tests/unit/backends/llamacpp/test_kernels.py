@@ -60,6 +60,6 @@ def test_a_prompt_piece_computes_a_token_the_same_however_the_prompt_is_cut_and_
         as_decoded, _ = evaluate(context, model, [512, 88], prompt=False)
         assert not np.array_equal(as_decoded, reference[0])
         decoded, prompted = (row - np.logaddexp.reduce(row) for row in (as_decoded, reference[0]))
-        assert float(np.sum(np.exp(prompted) * (prompted - decoded))) < 0.05  # KL of the next-token distributions
+        assert float(np.sum(np.exp(prompted) * (prompted - decoded))) < 0.1  # KL of the next-token distributions
     finally:
         context.close()

@@ -16,8 +16,8 @@ apart (`Scheduler._pass`) and reuses only cells a prompt piece computed (`Schedu
 Under `use_ref` llama.cpp also computes the Hadamard rotation it applies to the keys of a quantised cache
 (`attn_rot_k`) as a plain matrix product, whose kernel it picks by shape: decoding sequences then changed each
 other's logits (measured). So the rotation is turned off (`LLAMA_ATTN_ROT_DISABLE=1`, read when a cache is made). It
-buys little for a Q8_0 K cache: next-token KL divergence from an F16 cache's logits 2.45e-3 with it and 2.64e-3
-without on Gemma 3 270M, 1.89e-3 and 2.31e-3 on SmolLM2 135M, the same top-1 agreement (99%).
+buys little for a Q8_0 K cache: next-token KL divergence from an F16 cache's logits 2.44e-3 with it and 2.63e-3
+without on Gemma 3 270M, 1.88e-3 and 2.30e-3 on SmolLM2 135M, the same top-1 agreement (`benchmarks/kv_rotation.py`).
 
 `use_ref` belongs to a context's CPU backend, which llama.cpp's C API does not hand out; it is reached through
 `llama_context::get_sched`, a C++ method libllama exports, and ggml's public scheduler API. Where that method is

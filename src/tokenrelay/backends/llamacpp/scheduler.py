@@ -396,8 +396,8 @@ class Scheduler:
         prompt token (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused.
         Where one kernel serves every pass (`boundary` 1 and `decoded_cells_as_prompted`), a token's cells are the
         same whether it was decoded or read in a prompt, so generated tokens are reused too; where decoding steps
-        and prompt pieces take different kernels (`kernels`; a long slot's by shape), only cells prompt pieces
-        computed are reused."""
+        and prompt pieces take different kernels (`kernels`; in a long slot also attention kernels by shape), only
+        cells prompt pieces computed are reused."""
         if job.prompt_logprobs is not None:
             return 0
         as_prompted = slot.lane.boundary == 1 and slot.lane.context.decoded_cells_as_prompted

@@ -9,28 +9,22 @@ there, leaves the head out. The context checks once that the cut changes no vect
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Callable
-from pathlib import Path
 
 import llama_cpp
 
+from tokenrelay.backends.llamacpp.ggml_library import ggml_base, library_dir
+
 # llama.cpp's name for the tensor `llama_get_embeddings` and `llama_get_embeddings_seq` read (pooled or not).
 EMBEDDING_NODE = b"result_embd_pooled"
-GGML_BASE_NAMES = ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll")
 
 
-@functools.cache
 def _node_name() -> Callable[[int], bytes | None]:
-    """ggml's `ggml_get_name`, from the library llama-cpp-python ships (loaded once, on first use)."""
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    path = next((lib_dir / name for name in GGML_BASE_NAMES if (lib_dir / name).exists()), None)
-    if path is None:
-        raise RuntimeError(f"ggml's base library is not in {lib_dir}")
-    function = ctypes.CDLL(str(path)).ggml_get_name
-    function.restype = ctypes.c_char_p
-    function.argtypes = [ctypes.c_void_p]
+    """ggml's `ggml_get_name`, from the library llama-cpp-python ships (`ggml_library`)."""
+    base = ggml_base()
+    if base is None:
+        raise RuntimeError(f"ggml's base library is not in {library_dir()}")
+    function: Callable[[int], bytes | None] = base.ggml_get_name
     return function
 
 

@@ -31,9 +31,10 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import llama_cpp
+
+from tokenrelay.backends.llamacpp.ggml_library import ggml_base
 
 TILED_KERNEL_SWITCH = "GGML_CPU_TILED_MM"  # 0: the row-by-row kernels at every row count
 TILED_KERNEL_FORCE = "GGML_CPU_TILED_MM_FORCE"  # 1: the tiled kernel at every row count
@@ -71,23 +72,14 @@ class _Ggml:
 @functools.cache
 def _ggml() -> _Ggml | None:
     """libllama's `get_sched` and ggml's base library, typed; None where this build lacks either."""
+    base = ggml_base()
     try:
         get_sched = llama_cpp.llama_cpp._lib[_GET_SCHED]
-        base = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
-    except (AttributeError, OSError):
+    except AttributeError:
+        return None
+    if base is None:
         return None
     get_sched.restype, get_sched.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-    signatures = {
-        "ggml_backend_sched_get_n_backends": (ctypes.c_int, [ctypes.c_void_p]),
-        "ggml_backend_sched_get_backend": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]),
-        "ggml_backend_get_device": (ctypes.c_void_p, [ctypes.c_void_p]),
-        "ggml_backend_dev_type": (ctypes.c_int, [ctypes.c_void_p]),
-        "ggml_backend_dev_backend_reg": (ctypes.c_void_p, [ctypes.c_void_p]),
-        "ggml_backend_reg_get_proc_address": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]),
-    }
-    for name, (restype, argtypes) in signatures.items():
-        function = getattr(base, name)
-        function.restype, function.argtypes = restype, argtypes
     return _Ggml(get_sched, base)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import llama_cpp
 
 from tokenrelay.backends.llamacpp.cpu import build_features
+from tokenrelay.backends.llamacpp.ggml_library import ggml_base, library_dir
 from tokenrelay.models.gguf_header import NotGguf, read_tensors
 
 REPACK_BUFFER = b"CPU_REPACK"
@@ -83,20 +84,15 @@ def _interleaves(shape: tuple[int, ...]) -> bool:
 @functools.cache
 def _repack_buffer_type() -> int | None:
     """llama.cpp's `CPU_REPACK` buffer type, found through ggml's backend registry (None where it has none)."""
-    folder = Path(llama_cpp.__file__).parent / "lib"
+    base = ggml_base()
     try:
-        ggml = ctypes.CDLL(str(folder / "libggml.so"))
-        base = ctypes.CDLL(str(folder / "libggml-base.so"))
+        ggml = ctypes.CDLL(str(library_dir() / "libggml.so"))
     except OSError:
+        return None
+    if base is None:
         return None
     ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    base.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-    base.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-    base.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    base.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    base.ggml_backend_buft_name.restype = ctypes.c_char_p
-    base.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
     device = ggml.ggml_backend_dev_by_type(_CPU_DEVICE)
     if not device:
         return None

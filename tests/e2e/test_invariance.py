@@ -91,13 +91,13 @@ def test_chat_siblings_and_constrained_requests_match_the_same_requests_alone(cl
 
 def test_a_prompt_continuing_an_earlier_answer_reuses_its_cache_and_equals_a_fresh_evaluation(client: OpenAI) -> None:
     """The cells a slot keeps of an earlier prompt are reused, exactly: the continuation equals the same prompt
-    evaluated from scratch. (The earlier answer's tokens are read again: a decoding step computes a token's cells
-    with other kernels than a prompt piece. Prompt logprobs need every position, so an `echo` with `logprobs`
-    reuses nothing.)"""
-    first = client.completions.create(model=MODEL, prompt=prompt(5), max_tokens=12, temperature=0)
-    follow = prompt(5) + first.choices[0].text + " Then"
+    evaluated from scratch. (Some of it is read again: prompt pieces and decoding steps compute a token's cells
+    with kernels of their own, and a cell is reused where the new prompt would compute it with the same kernel.
+    Prompt logprobs need every position, so an `echo` with `logprobs` reuses nothing.)"""
+    first = client.completions.create(model=MODEL, prompt=prompt(3), max_tokens=12, temperature=0)
+    follow = prompt(3) + first.choices[0].text + " Then"
     reused = client.completions.create(model=MODEL, prompt=follow, max_tokens=8, temperature=0)
-    assert reused.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+    assert reused.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // 2
     fresh = client.completions.create(model=MODEL, prompt=follow, max_tokens=8, temperature=0, echo=True, logprobs=0)
     assert fresh.usage.prompt_tokens_details.cached_tokens == 0
     assert fresh.choices[0].text == follow + reused.choices[0].text

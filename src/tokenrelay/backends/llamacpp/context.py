@@ -15,6 +15,9 @@ from tokenrelay.config import EngineSettings
 
 State = ctypes.Array[ctypes.c_uint8]  # a sequence's cells, saved
 KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
+# Query rows of one sequence from which llama.cpp's CPU flash attention over an F16 cache takes its tiled kernel
+# (outside `use_ref`: see `kernels`); fewer take the row-by-row one, which sums in another order.
+ATTENTION_TILE = 64
 
 
 def step_rows(settings: EngineSettings, sequences: int, cells: int) -> int:

@@ -3,34 +3,47 @@
 Every decoding sequence gets exactly one token in every step, so a stream is never stalled by someone
 else's prompt. Prompts are evaluated first come, first served, up to `budget` prompt tokens per step: a burst of
 new requests is evaluated within a step or two and starts decoding together, while a long prompt costs the running
-streams at most `budget` tokens of work per step. Where a prompt is cut does not change what it leaves in the cache
-(the kernels are batch-invariant: see `invariance`), so prompts are cut wherever the budget ends.
+streams at most `budget` tokens of work per step.
+
+Where prompt pieces and decoding steps take kernels of their own (`kernels`), a prompt's whole blocks of positions
+are evaluated as prompt pieces, in whole blocks, and its last partial block (its tail) with the decoding rows: which
+kernel computes a position then depends on the prompt alone, not on where the budget ran out (`Lane.block`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillNeed:
     key: int  # slot id
     pending: int  # prompt tokens still to evaluate
+    tail: int = 0  # of those, the last ones that go with the decoding rows once the others are done
+    unit: int = 1  # the others are taken in multiples of this
 
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
     decode: list[int]  # slot ids decoding one token
-    prefill: list[tuple[int, int]]  # (slot id, tokens to evaluate this step)
+    prefill: list[tuple[int, int]]  # (slot id, tokens to evaluate this step) as prompt pieces
+    tails: list[tuple[int, int]] = field(default_factory=list)  # (slot id, tokens) beside the decoding rows
 
 
 def plan_step(decoding: list[int], prefilling: list[PrefillNeed], budget: int) -> StepPlan:
     """One token per decoding sequence, then prompt tokens in arrival order until `budget` is spent."""
     prefill: list[tuple[int, int]] = []
+    tails: list[tuple[int, int]] = []
     for need in prefilling:
         if budget <= 0:
             break
-        take = min(need.pending, budget)
-        prefill.append((need.key, take))
-        budget -= take
-    return StepPlan(decode=list(decoding), prefill=prefill)
+        whole = need.pending - need.tail
+        take = min(whole, budget) // need.unit * need.unit
+        if take:
+            prefill.append((need.key, take))
+            budget -= take
+        if take == whole and need.tail and budget > 0:
+            tail = min(need.tail, budget)
+            tails.append((need.key, tail))
+            budget -= tail
+    return StepPlan(decode=list(decoding), prefill=prefill, tails=tails)

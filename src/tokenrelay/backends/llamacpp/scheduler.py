@@ -32,7 +32,7 @@ from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 
 from tokenrelay.backends.base import TextDelta, TokenLogprob, TopLogprob, unlimited_slot
-from tokenrelay.backends.llamacpp.context import LlamaContext, cells_per_sequence, step_rows
+from tokenrelay.backends.llamacpp.context import ATTENTION_TILE, LlamaContext, cells_per_sequence, step_rows
 from tokenrelay.backends.llamacpp.drafts import DraftCosts, lookup_draft
 from tokenrelay.backends.llamacpp.invariance import kernels_invariant
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, PromptScored, SeqFinished
@@ -343,6 +343,8 @@ class Scheduler:
         primary, keep = self._slot_for(job, free, reusable)
         keep = self._copy_prefix(primary, keep, reusable)
         keep -= keep % primary.lane.boundary
+        if keep < primary.lane.prompted(len(job.prompt)):  # its prompt pieces then cover whole blocks
+            keep -= keep % max(primary.lane.block, 1)
         mates = [slot for slot in free if slot.lane is primary.lane and slot is not primary]
         others = sorted(mates, key=lambda s: s.last_job)[: len(job.seqs) - 1]
         for slot in (primary, *others):
@@ -350,6 +352,7 @@ class Scheduler:
             slot.last_interactive = not job.background
         keep = self._cut_back(primary, keep)
         primary.cache = primary.cache[:keep]
+        primary.evaluated = min(primary.evaluated, keep)
         primary.job, primary.pending = job, job.prompt[keep:]
         job.cached_tokens = keep
         job.running = len(job.seqs)
@@ -395,14 +398,24 @@ class Scheduler:
         """Cached tokens a job may reuse from a slot: its longest common prefix with the prompt, never the last
         prompt token (its logits are needed). Prompt logprobs need every position's logits, so nothing is reused.
         Where one kernel serves every pass (`boundary` 1 and `decoded_cells_as_prompted`), a token's cells are the
-        same whether it was decoded or read in a prompt, so generated tokens are reused too; where decoding steps
-        and prompt pieces take different kernels (`kernels`; in a long slot also attention kernels by shape), only
-        cells prompt pieces computed are reused."""
+        same whether it was decoded or read in a prompt, so generated tokens are reused too. Where decoding steps
+        and prompt pieces take different kernels (`kernels`), a cell is reused only where the job would compute it
+        with the same kernel: in a lane of blocks (`Lane.block`) the cells before both prompts' last whole block,
+        and all of them where the two prompts' blocks end at the same position (the rest, tail and answer, took the
+        decoding kernel as the job's tail will); in a long slot (also attention kernels by shape) those prompt
+        pieces computed."""
         if job.prompt_logprobs is not None:
             return 0
-        as_prompted = slot.lane.boundary == 1 and slot.lane.context.decoded_cells_as_prompted
-        cached = slot.cache if as_prompted else slot.cache[: slot.evaluated]
-        return min(common_prefix(cached, job.prompt), len(job.prompt) - 1)
+        lane = slot.lane
+        if lane.boundary == 1 and lane.context.decoded_cells_as_prompted:
+            common = common_prefix(slot.cache, job.prompt)
+        elif lane.block:
+            common = common_prefix(slot.cache, job.prompt)
+            if lane.prompted(len(job.prompt)) != slot.evaluated:
+                common = min(common, slot.evaluated, lane.prompted(len(job.prompt)))
+        else:
+            common = common_prefix(slot.cache[: slot.evaluated], job.prompt)
+        return min(common, len(job.prompt) - 1)
 
     def _step(self) -> None:
         step_started = time.perf_counter()
@@ -417,17 +430,27 @@ class Scheduler:
             if not mine:
                 continue
             decoding = [s.seq_id for s in mine if s.seq is not None]
-            prefilling = [PrefillNeed(s.seq_id, len(s.pending)) for s in self._prefill_order(mine)]
+            prefilling = [self._prefill_need(s) for s in self._prefill_order(mine)]
             plans.append((lane, plan_step(decoding, prefilling, lane.context.step_prefill)))
         for lane, plan in plans:
             if self._goes_beside(lane, plan, len(plans), background):
                 self._start_side(lane, plan.prefill)
         for lane, plan in plans:
             if self._side is None or self._side.lane is not lane:
-                self._pass(lane, plan.decode, plan.prefill, background)
+                self._pass(lane, plan.decode, plan.prefill, background, plan.tails)
         if not plans:
             self._wait_side()
         self.stats.step_seconds += time.perf_counter() - step_started
+
+    @staticmethod
+    def _prefill_need(slot: Slot) -> PrefillNeed:
+        """What a slot's prompt still needs: in a lane of blocks (`Lane.block`), whole blocks as prompt pieces,
+        then its tail with the decoding rows."""
+        lane, done = slot.lane, len(slot.cache)
+        if not lane.block:
+            return PrefillNeed(slot.seq_id, len(slot.pending))
+        blocks = max(0, lane.prompted(done + len(slot.pending)) - done)
+        return PrefillNeed(slot.seq_id, len(slot.pending), tail=len(slot.pending) - blocks, unit=lane.block)
 
     def _goes_beside(self, lane: Lane, plan: StepPlan, lanes: int, background: bool) -> bool:
         """Whether a lane's pass runs on the side thread: a long slot's prompt piece that would share the step
@@ -474,21 +497,36 @@ class Scheduler:
             if slot.job is not None:
                 self._after_prefill_chunk(slot, first_row, start)
 
-    def _threads_for(self, context: LlamaContext) -> int:
-        """A pass's threads: one less beside a side piece, where the pass computes the same with fewer."""
+    def _threads_for(self, lane: Lane) -> int:
+        """A pass's threads: one less beside a side piece, where the pass computes the same with fewer: over a
+        quantised cache, or in a lane of blocks (`Lane.block`), whose decoding passes take the row-by-row attention
+        (`kernels`) and whose prompt pieces the tiled one, both of which give each query row to one thread."""
         threads = self.settings.threads
-        return threads - 1 if self._side is not None and context.thread_invariant_steps else threads
+        invariant = lane.block or lane.context.thread_invariant_steps
+        return threads - 1 if self._side is not None and invariant else threads
 
-    def _pass(self, lane: Lane, decode: list[int], prefill: list[tuple[int, int]], background: bool) -> None:
+    def _pass(
+        self,
+        lane: Lane,
+        decode: list[int],
+        prefill: list[tuple[int, int]],
+        background: bool,
+        tails: list[tuple[int, int]] | None = None,
+    ) -> None:
         """One `llama_decode` over a lane's sequences in the step, then their sampling (logits rows are only valid
         until the next decode). A step of `background` jobs only may be aborted: it is then taken back, as if not
         run. Where prompt pieces and decoding steps take different kernels (`kernels`), a lane's step with both is
-        two passes."""
+        two passes: the prompt pieces first, then the decoding rows with the prompts' `tails` (`Lane.block`), those
+        of prompts whose last whole block the first pass evaluated included."""
         context, slots = lane.context, lane.slots
-        if decode and prefill and context.kernels is not None:
-            self._pass(lane, decode, [], background)
+        if prefill and (decode or tails) and context.kernels is not None:
             self._pass(lane, [], prefill, background)
+            self._pass(lane, decode, [], background, tails)
             return
+        # A tail goes only after its prompt's blocks: not where the pass that was to end them was aborted.
+        tails = [(s, take) for s, take in tails or [] if self._tail_due(slots[s])]
+        prompted = dict(prefill)
+        prefill = prefill + tails
         batch = context.batch
         batch.clear()
         rows: dict[int, list[int]] = {}  # a decoding sequence's rows: its next token's, then its drafts'
@@ -504,7 +542,7 @@ class Scheduler:
         for seq_id in sorted([*decode, *takes]):
             slot = slots[seq_id]
             if seq_id in takes:
-                chunks.append(self._add_prompt_chunk(slot, takes[seq_id]))
+                chunks.append(self._add_prompt_chunk(slot, takes[seq_id], seq_id in prompted))
             else:
                 token = slot.decoding.next_token
                 assert token is not None  # drawn when the sequence started and at each step it outlived
@@ -516,11 +554,11 @@ class Scheduler:
                 rows[seq_id] += [batch.add(t, len(slot.cache) + i, seq_id, True) for i, t in enumerate(drafts[seq_id])]
         if batch.size == 0:
             return
-        context.set_threads(self._threads_for(context))
+        context.set_threads(self._threads_for(lane))
         decode_started = time.perf_counter()
         # A window lane's decoding step is never aborted: its cell took the place of one that fell out of the window,
         # which taking it back cannot undo, and checkpoints are only where prompt pieces start.
-        status = self._decode(context, background and not (lane.window and decode), prompt=not decode)
+        status = self._decode(context, background and not (lane.window and decode), prompt=not decode and not tails)
         decode_seconds = time.perf_counter() - decode_started
         self.stats.decode_seconds += decode_seconds
         if status == _ABORTED:
@@ -620,7 +658,14 @@ class Scheduler:
         slots = [s for s in serving if s.job is not None and s.primary is None and s.pending]
         return sorted(slots, key=lambda s: s.prefilling.serial)
 
-    def _add_prompt_chunk(self, slot: Slot, take: int) -> Chunk:
+    @staticmethod
+    def _tail_due(slot: Slot) -> bool:
+        """Whether a slot's prompt is left with its tail only (`Lane.block`), and its job still here."""
+        done = len(slot.cache)
+        return slot.job is not None and slot.primary is None and slot.lane.prompted(done + len(slot.pending)) <= done
+
+    def _add_prompt_chunk(self, slot: Slot, take: int, prompted: bool = True) -> Chunk:
+        """A prompt piece's rows in the batch; `prompted` False: a tail, beside decoding rows (`Lane.block`)."""
         job = slot.prefilling
         batch = slot.lane.context.batch
         start = len(slot.cache)
@@ -631,7 +676,8 @@ class Scheduler:
             last = not slot.pending and i == len(tokens) - 1
             batch.add(token, start + i, slot.seq_id, all_logits or last)
         slot.cache.extend(tokens)
-        slot.evaluated = len(slot.cache)  # pieces follow the reused prefix, which prompt pieces computed too
+        if prompted:
+            slot.evaluated = len(slot.cache)  # pieces follow the reused prefix, which prompt pieces computed too
         return slot, first_row, start
 
     def _after_prefill_chunk(self, slot: Slot, first_row: int, start: int) -> None:
@@ -792,6 +838,9 @@ def open_lanes(model: LlamaModel, settings: EngineSettings, long_weights: Callab
     prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
     short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
     lanes = [Lane.open(lambda: short, short.n_ctx_seq, settings.slots, reserve=settings.interactive_slots)]
+    if short.kernels is not None and short.step_prefill >= ATTENTION_TILE:
+        # Prompt pieces of whole blocks of a tile's rows: over an F16 cache every one takes the tiled attention.
+        lanes[0].block = ATTENTION_TILE
     cells = long_lane_cells(settings, model.n_ctx_train)
     if cells is None:
         return lanes

@@ -33,8 +33,8 @@ class Slot:
     seq_id: int
     lane: Lane
     cache: list[int] = field(default_factory=list)  # tokens whose KV is in this sequence's cells
-    # Of those, the leading ones whose cells prompt pieces computed (not decoding steps), set by every piece. A cache
-    # cut shorter is read only up to its end, and every job evaluates a piece before it decodes.
+    # Of those, the leading ones whose cells prompt pieces computed (not decoding steps): cut with the cache when a
+    # job is placed, set by every prompt piece.
     evaluated: int = 0
     checkpoints: dict[int, State] = field(default_factory=dict)  # a window lane's, by position (`windows`)
     seq: Sequence | None = None  # decoding
@@ -82,6 +82,10 @@ class Lane:
     slots: list[Slot] = field(default_factory=list)
     reserve: int = 0  # slots background jobs leave free here for interactive ones
     boundary: int = 1  # a cached prefix is reused up to a multiple of this (where prompt pieces start)
+    # Where prompt pieces and decoding steps take kernels of their own (`kernels`) in a lane of many slots: prompt
+    # pieces evaluate a prompt's whole blocks of this many positions, its tail goes with the decoding rows (0: no
+    # such split, one kernel for every pass).
+    block: int = 0
     drafts: bool = True  # steps may carry guesses (`drafts`) beside a sequence's token
     beside: bool = False  # its prompt pieces may run on the side thread (`scheduler`)
     window: bool = False  # its sliding-window layers keep only their window (`windows`)
@@ -102,6 +106,11 @@ class Lane:
         lane = cls(make, cells, reserve=reserve, boundary=boundary, drafts=drafts, beside=beside, window=window)
         lane.slots = [Slot(seq_id=i, lane=lane) for i in range(sequences)]
         return lane
+
+    def prompted(self, length: int) -> int:
+        """The leading positions of a prompt of `length` tokens that prompt pieces evaluate here (`block`): its
+        whole blocks. Which kernel computes a position then depends on the prompt alone."""
+        return length // self.block * self.block if self.block else length
 
     @property
     def context(self) -> LlamaContext:

@@ -469,3 +469,34 @@ def test_the_short_slots_are_batch_invariant_with_either_v_cache(model: LlamaMod
     the same alone and beside others; the start-up probe measures it, beside steps with a thread less included."""
     with running(model, slots=4, v_type=v_type, long_slots=1) as scheduler:
         assert scheduler.kernels_invariant is True
+
+
+def test_short_slots_with_an_f16_cache_answer_a_prompt_alone_as_beside_a_shorter_one(model: LlamaModel) -> None:
+    """Over an F16 cache llama.cpp's attention takes one kernel for 64 query rows of a sequence or more and another
+    below, and it cuts a pass of several sequences into parts of as many rows each. Prompt pieces of whole blocks of
+    64, with each prompt's last partial block beside the decoding rows, keep what computes each position a function
+    of the prompt: a prompt answers the same (to the bit of its tokens' logprobs) alone and in a step beside a
+    shorter prompt."""
+
+    def answers(*texts: str) -> list[tuple[str, float | None]]:
+        scheduler = Scheduler(model, SETTINGS.model_copy(update={"slots": 4, "kv_type": "f16", "prefill_chunk": 512}))
+        assert scheduler.lanes[0].context.kv_type == "f16"
+        outs = []
+        for text in texts:  # all there before the first step, so they start in one step
+            prompt = model.tokenize(text, add_special=True, parse_special=False)
+            plan = SeqPlan(index=0, params=SamplingParams(temperature=0.0, score=True), max_tokens=6, stops=[])
+            outs.append(Collected())
+            scheduler.submit(Job(prompt, [plan], outs[-1].events.put))
+        scheduler.start()
+        try:
+            seen = [out.until_end() for out in outs]
+        finally:
+            scheduler.stop()
+        texts_out = ["".join(e.text for e in events if isinstance(e, TextDelta)) for events in seen]
+        scores = [next(e.mean_logprob for e in events if isinstance(e, SeqFinished)) for events in seen]
+        return list(zip(texts_out, scores, strict=True))
+
+    long, short = STORY * 6, "The maps were drawn by hand."
+    alone = answers(long)[0]
+    assert answers(long, short)[0] == alone
+    assert answers(short, long)[1] == alone

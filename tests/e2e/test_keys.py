@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from datetime import time as dtime
 from pathlib import Path
 
@@ -214,7 +214,9 @@ def test_the_cli_makes_a_periodic_money_budget_and_lists_its_spend_and_reset(dep
     weekly = next(k for k in listed if k["name"] == "weekly")
     assert (weekly["budget_cost"], weekly["cost_used"], weekly["budget_period"]) == ("2.500000", "0.000000", "weekly")
     resets = datetime.fromisoformat(weekly["resets_at"].rstrip("Z"))
-    assert resets.weekday() == 0 and resets.time() == dtime(0) and 0 < (resets - datetime.utcnow()).days < 7
+    # The next Monday 00:00 UTC: from a moment to a week away (a day off on a Sunday, so not by whole days).
+    assert resets.weekday() == 0 and resets.time() == dtime(0)
+    assert timedelta(0) < resets - datetime.utcnow() <= timedelta(days=7)
     table = cli("keys", "list", url=deployment.url).stdout
     assert "weekly" in table and "2.500000" in table
     refused = cli("keys", "create", "--name", "neg", "--budget-cost", "-3", url=deployment.url, check=False)

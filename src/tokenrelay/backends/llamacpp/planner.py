@@ -6,8 +6,8 @@ new requests is evaluated within a step or two and starts decoding together, whi
 streams at most `budget` tokens of work per step.
 
 Where prompt pieces and decoding steps take kernels of their own (`kernels`), a prompt's whole blocks of positions
-are evaluated as prompt pieces, in whole blocks, and its last partial block (its tail) with the decoding rows: which
-kernel computes a position then depends on the prompt alone, not on where the budget ran out (`Lane.block`).
+are evaluated as prompt pieces and its last partial block (its tail) with the decoding rows: which kernel computes a
+position then depends on the prompt alone, not on where the budget ran out (`Lane.block`, `Lane.unit`).
 """
 
 from __future__ import annotations

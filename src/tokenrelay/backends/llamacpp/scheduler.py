@@ -343,8 +343,8 @@ class Scheduler:
         primary, keep = self._slot_for(job, free, reusable)
         keep = self._copy_prefix(primary, keep, reusable)
         keep -= keep % primary.lane.boundary
-        if keep < primary.lane.prompted(len(job.prompt)):  # its prompt pieces then cover whole blocks
-            keep -= keep % max(primary.lane.block, 1)
+        if keep < primary.lane.prompted(len(job.prompt)):  # its prompt pieces then start at a multiple of `unit`
+            keep -= keep % primary.lane.unit
         mates = [slot for slot in free if slot.lane is primary.lane and slot is not primary]
         others = sorted(mates, key=lambda s: s.last_job)[: len(job.seqs) - 1]
         for slot in (primary, *others):
@@ -450,7 +450,7 @@ class Scheduler:
         if not lane.block:
             return PrefillNeed(slot.seq_id, len(slot.pending))
         blocks = max(0, lane.prompted(done + len(slot.pending)) - done)
-        return PrefillNeed(slot.seq_id, len(slot.pending), tail=len(slot.pending) - blocks, unit=lane.block)
+        return PrefillNeed(slot.seq_id, len(slot.pending), tail=len(slot.pending) - blocks, unit=lane.unit)
 
     def _goes_beside(self, lane: Lane, plan: StepPlan, lanes: int, background: bool) -> bool:
         """Whether a lane's pass runs on the side thread: a long slot's prompt piece that would share the step
@@ -499,10 +499,11 @@ class Scheduler:
 
     def _threads_for(self, lane: Lane) -> int:
         """A pass's threads: one less beside a side piece, where the pass computes the same with fewer: over a
-        quantised cache, or in a lane of blocks (`Lane.block`), whose decoding passes take the row-by-row attention
-        (`kernels`) and whose prompt pieces the tiled one, both of which give each query row to one thread."""
+        quantised cache, or in a lane whose prompt pieces take whole tiles (`Lane.unit`): its decoding passes take
+        the row-by-row attention (`kernels`), its prompt pieces the tiled one, each giving a query row to one
+        thread."""
         threads = self.settings.threads
-        invariant = lane.block or lane.context.thread_invariant_steps
+        invariant = lane.unit > 1 or lane.context.thread_invariant_steps
         return threads - 1 if self._side is not None and invariant else threads
 
     def _pass(
@@ -838,9 +839,13 @@ def open_lanes(model: LlamaModel, settings: EngineSettings, long_weights: Callab
     prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
     short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
     lanes = [Lane.open(lambda: short, short.n_ctx_seq, settings.slots, reserve=settings.interactive_slots)]
-    if short.kernels is not None and short.step_prefill >= ATTENTION_TILE:
-        # Prompt pieces of whole blocks of a tile's rows: over an F16 cache every one takes the tiled attention.
+    if short.kernels is not None:
+        # Which kernels compute a position depends on the prompt alone, not on where a step's budget ran out; over
+        # an F16 cache prompt pieces take whole tiles of rows, each then the tiled attention (a budget below a tile
+        # cannot: its attention kernel goes by the cut, not batch-invariant).
         lanes[0].block = ATTENTION_TILE
+        if short.kv_type == "f16" and short.step_prefill >= ATTENTION_TILE:
+            lanes[0].unit = ATTENTION_TILE
     cells = long_lane_cells(settings, model.n_ctx_train)
     if cells is None:
         return lanes

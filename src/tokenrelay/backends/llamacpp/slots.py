@@ -86,6 +86,9 @@ class Lane:
     # pieces evaluate a prompt's whole blocks of this many positions, its tail goes with the decoding rows (0: no
     # such split, one kernel for every pass).
     block: int = 0
+    # Prompt pieces are cut in multiples of this, from a multiple of it: over an F16 cache, so that each piece has
+    # the rows of the tiled attention kernel (`ATTENTION_TILE`).
+    unit: int = 1
     drafts: bool = True  # steps may carry guesses (`drafts`) beside a sequence's token
     beside: bool = False  # its prompt pieces may run on the side thread (`scheduler`)
     window: bool = False  # its sliding-window layers keep only their window (`windows`)

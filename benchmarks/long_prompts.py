@@ -2,7 +2,8 @@
 
 What an agent session costs: the time to the first token of a long prompt, the decoding speed after it, the
 second turn of a conversation (the history resent with a few new words), and how streams that are decoding fare
-while a long prompt arrives. One request at a time, the two servers alternating, medians of `--trials`.
+while a long prompt arrives. One request at a time, the servers back to back on each prompt in alternating order;
+each ratio is the median of the trials' ratios, the timings medians of `--trials`.
 
 - tokenrelay: `tokenrelay serve` with its defaults (a long slot with the model's context beside the short slots).
 - llama-server: built from the sdist of the installed llama-cpp-python, `-np 4 -c 32768 -t THREADS` (the same
@@ -150,11 +151,14 @@ def measure(servers: list[Server], prompts: Prompts, args: argparse.Namespace) -
     turns: dict[str, list[float]] = {}
     gaps: dict[str, list[float]] = {}
     for trial in range(args.trials):
-        for server in servers if trial % 2 == 0 else servers[::-1]:
-            for size in SIZES:
+        order = servers if trial % 2 == 0 else servers[::-1]
+        # The servers back to back on each prompt, so that a trial's ratio compares moments of one machine state.
+        for size in SIZES:
+            for server in order:
                 stream = timed(server, prompts.words(size, f"t{trial}s{size}"), args.max_tokens)
                 ttft.setdefault((server.name, size), []).append(stream[1])
                 speed.setdefault((server.name, size), []).append(decode_tok_s(stream))
+        for server in order:
             if server.name == FAST:
                 continue
             history = prompts.words(TURN_SIZE, f"turn{trial}")
@@ -184,12 +188,15 @@ def report(
     peer = servers[-1].name
     for ours in (server.name for server in servers[:-1]):
         print(f"\nmedians of {args.trials} alternating trials, greedy, {args.max_tokens} tokens; {ours} vs {peer}")
-        print(f"{'prompt tokens':>16}{'TTFT ms':>18}{'ratio':>8}{'decode tok/s':>22}")
+        print("(ratio: the median of each trial's ratio, the two servers back to back on one prompt)")
+        print(f"{'prompt tokens':>16}{'TTFT ms':>18}{'ratio':>8}{'decode tok/s':>22}{'ratio':>8}")
         for size in SIZES:
             a, b = median(ttft[ours, size]) * 1000, median(ttft[peer, size]) * 1000
             sa, sb = median(speed[ours, size]), median(speed[peer, size])
-            cells = f"{'~' + format(size, ','):>16}{a:>9,.0f} /{b:>7,.0f}{a / b:>8.2f}{sa:>11.1f} /{sb:>8.1f}"
-            print(f"{cells}  {verdict(a <= b and sa >= sb)}")
+            ratio = median([x / y for x, y in zip(ttft[ours, size], ttft[peer, size], strict=True)])
+            faster = median([x / y for x, y in zip(speed[ours, size], speed[peer, size], strict=True)])
+            cells = f"{'~' + format(size, ','):>16}{a:>9,.0f} /{b:>7,.0f}{ratio:>8.2f}{sa:>11.1f} /{sb:>8.1f}"
+            print(f"{cells}{faster:>8.2f}  {verdict(ratio <= 1.0 and faster >= 1.0)}")
     servers = [server for server in servers if server.name != FAST]
     for server in servers:
         share = median(turns[server.name])

@@ -407,12 +407,11 @@ class Scheduler:
         if job.prompt_logprobs is not None:
             return 0
         lane = slot.lane
-        if lane.boundary == 1 and lane.context.decoded_cells_as_prompted:
+        if lane.block or (lane.boundary == 1 and lane.context.decoded_cells_as_prompted):
             common = common_prefix(slot.cache, job.prompt)
-        elif lane.block:
-            common = common_prefix(slot.cache, job.prompt)
-            if lane.prompted(len(job.prompt)) != slot.evaluated:
-                common = min(common, slot.evaluated, lane.prompted(len(job.prompt)))
+            ours = lane.prompted(len(job.prompt))
+            if lane.block and ours != slot.evaluated:
+                common = min(common, slot.evaluated, ours)
         else:
             common = common_prefix(slot.cache[: slot.evaluated], job.prompt)
         return min(common, len(job.prompt) - 1)
@@ -446,11 +445,16 @@ class Scheduler:
     def _prefill_need(slot: Slot) -> PrefillNeed:
         """What a slot's prompt still needs: in a lane of blocks (`Lane.block`), whole blocks as prompt pieces,
         then its tail with the decoding rows."""
-        lane, done = slot.lane, len(slot.cache)
-        if not lane.block:
+        if not slot.lane.block:
             return PrefillNeed(slot.seq_id, len(slot.pending))
-        blocks = max(0, lane.prompted(done + len(slot.pending)) - done)
-        return PrefillNeed(slot.seq_id, len(slot.pending), tail=len(slot.pending) - blocks, unit=lane.unit)
+        tail = len(slot.pending) - Scheduler._blocks_left(slot)
+        return PrefillNeed(slot.seq_id, len(slot.pending), tail=tail, unit=slot.lane.unit)
+
+    @staticmethod
+    def _blocks_left(slot: Slot) -> int:
+        """Prompt tokens of a slot's whole blocks (`Lane.block`) not yet evaluated."""
+        done = len(slot.cache)
+        return max(0, slot.lane.prompted(done + len(slot.pending)) - done)
 
     def _goes_beside(self, lane: Lane, plan: StepPlan, lanes: int, background: bool) -> bool:
         """Whether a lane's pass runs on the side thread: a long slot's prompt piece that would share the step
@@ -662,8 +666,7 @@ class Scheduler:
     @staticmethod
     def _tail_due(slot: Slot) -> bool:
         """Whether a slot's prompt is left with its tail only (`Lane.block`), and its job still here."""
-        done = len(slot.cache)
-        return slot.job is not None and slot.primary is None and slot.lane.prompted(done + len(slot.pending)) <= done
+        return slot.job is not None and slot.primary is None and Scheduler._blocks_left(slot) == 0
 
     def _add_prompt_chunk(self, slot: Slot, take: int, prompted: bool = True) -> Chunk:
         """A prompt piece's rows in the batch; `prompted` False: a tail, beside decoding rows (`Lane.block`)."""

@@ -131,12 +131,12 @@ class EngineSettings(BaseModel):
         description="one matrix kernel for every batch shape (process-wide: the first model loaded decides)",
     )
     # Over an F16 K cache a short slot's prompt pieces take llama.cpp's tiled attention, still batch-invariant where
-    # prompt pieces and decoding steps take kernels of their own (`kernels`, `Lane.block`); Q8_0 by default for the
-    # memory: with both default models loaded F16 costs ~200 MiB more.
+    # prompt pieces and decoding steps take kernels of their own (`kernels`, `Lane.block`): a ~500-token prompt
+    # evaluates ~8% faster than over Q8_0, for ~100 MiB more per default model (docs/benchmarks.md).
     kv_type: Literal["q8_0", "f16"] = Field(
-        default="q8_0",
-        description="the short slots' K cache precision (f16: prompts evaluate a few percent faster, twice the "
-        "memory; without kernels chosen pass by pass f16 is not batch-invariant)",
+        default="f16",
+        description="the short slots' K cache precision (q8_0: half the K cache's memory, prompts evaluate ~8% "
+        "slower; without kernels chosen pass by pass f16 is not batch-invariant)",
     )
     # The attention kernel follows the K cache's type: with a quantised K every row takes the row-by-row kernel,
     # whatever V is. An F16 V is accumulated as it is rather than dequantised cell by cell: prompts in the short

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import llama_cpp
 import numpy as np
@@ -25,6 +26,26 @@ log = logging.getLogger(__name__)
 CUT_PROBE = "The quick brown fox jumps over the lazy dog."
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingShape:
+    """How much one embedding decode takes, known from the model and the settings before any context exists."""
+
+    max_tokens: int  # one input's tokens at most
+    capacity: int  # tokens per decode
+    sequences: int  # inputs per decode
+
+    @classmethod
+    def of(cls, model: LlamaModel, settings: EngineSettings) -> EmbeddingShape:
+        max_tokens = min(settings.ctx_per_slot, model.n_ctx_train)
+        # Where tokenrelay pools (a decoder model), llama.cpp reserves and copies out every token's logits beside its
+        # embedding, computed or not (a megabyte a token with Gemma's 262,144-token vocabulary): decodes are kept
+        # small, as bigger ones embed no faster. A model pooled by llama.cpp, or an encoder (its attention looks
+        # ahead), needs each input whole in one decode.
+        in_pieces = declared_pooling(model) == Pooling.NONE and not is_encoder_only(model)
+        capacity = min(max_tokens, settings.embedding_decode_tokens) if in_pieces else max_tokens
+        return cls(max_tokens, capacity, settings.embedding_batch)
+
+
 class EmbeddingContext:
     """`capacity` tokens and `sequences` inputs at most per decode; an input may be `max_tokens` long (one longer
     than `capacity` is embedded alone, in pieces: see `embed`).
@@ -45,14 +66,8 @@ class EmbeddingContext:
         # is pooled in `embed` as the mean of its token embeddings: llama.cpp's own mean is a matrix product over
         # the whole batch, whose sums would depend on where the input sat in it.
         pooling = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED if self.declared == Pooling.NONE else int(self.declared)
-        self.max_tokens = min(settings.ctx_per_slot, model.n_ctx_train)
-        # Where tokenrelay pools (a decoder model), llama.cpp reserves and copies out every token's logits beside its
-        # embedding, computed or not (a megabyte a token with Gemma's 262,144-token vocabulary): decodes are kept
-        # small, as bigger ones embed no faster. A model pooled by llama.cpp, or an encoder (its attention looks
-        # ahead), needs each input whole in one decode.
-        in_pieces = self.declared == Pooling.NONE and not is_encoder_only(model)
-        self.capacity = min(self.max_tokens, settings.embedding_decode_tokens) if in_pieces else self.max_tokens
-        self.sequences = settings.embedding_batch
+        shape = EmbeddingShape.of(model, settings)
+        self.max_tokens, self.capacity, self.sequences = shape.max_tokens, shape.capacity, shape.sequences
         params = llama_cpp.llama_context_default_params()
         params.embeddings = True
         params.pooling_type = pooling
@@ -64,7 +79,9 @@ class EmbeddingContext:
         params.kv_unified = True
         params.swa_full = True
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        params.type_k = params.type_v = KV_TYPES[settings.kv_type]
+        # Q8_0 whatever the short slots keep: over an F16 cache a decode of 64 or more rows would take the tiled
+        # attention kernel, and a vector would depend on what shared its decode.
+        params.type_k = params.type_v = KV_TYPES["q8_0"]
         params.no_perf = True
         self.cut = EmbeddingCut()
         params.cb_eval = self.cut.callback

@@ -165,8 +165,9 @@ class LlamaCppBackend:
     def _loaded_for_embeddings(self, model: LlamaModel) -> None:
         if self.embedder is None:
             raise RuntimeError(f"model {self.card.id} is an embedding model and has embeddings turned off")
+        self.embedder.open()  # embedding is all it does: a context that cannot be made fails the load
         self.model = model
-        self.card = replace(self.card, context_length=self.embedder.context.max_tokens)
+        self.card = replace(self.card, context_length=self.embedder.shape.max_tokens)
         log.info("model %s ready: %s, an embedding model (no generation)", self.card.id, model.architecture)
 
     def _probe_setup(self) -> dict[str, object]:

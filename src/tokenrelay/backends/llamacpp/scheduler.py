@@ -109,7 +109,8 @@ class Scheduler:
     def stop(self) -> None:
         self._stopping = True
         self._inbox.put(None)
-        self._thread.join(timeout=30)
+        if self._thread.ident is not None:  # a scheduler made but never started has only its lanes to close
+            self._thread.join(timeout=30)
         for lane in self.lanes:
             lane.close()
         if self._long_model not in (None, self.model):
@@ -841,6 +842,14 @@ def open_lanes(model: LlamaModel, settings: EngineSettings, long_weights: Callab
     is always one row), its prompt evaluated in pieces that start at multiples of the prefill chunk and a cached
     prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
     short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
+    if settings.batch_invariant and short.kernels is None and short.kv_type != "q8_0":
+        # Over an F16 K cache the attention kernel goes by a pass's shape: without kernels chosen pass by pass
+        # only a Q8_0 K (row by row at any shape) keeps a sequence's answer independent of what shares its steps.
+        log.warning("this llama.cpp build cannot choose kernels pass by pass: the short slots keep a Q8_0 K cache")
+        short.close()
+        short = LlamaContext(
+            model, settings, settings.slots, settings.ctx_per_slot, kv_type="q8_0", v_type=settings.v_type
+        )
     lanes = [Lane.open(lambda: short, short.n_ctx_seq, settings.slots, reserve=settings.interactive_slots)]
     if short.kernels is not None:
         # Which kernels compute a position depends on the prompt alone, not on where a step's budget ran out; over

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tokenrelay.backends.llamacpp.embedder import Embedder
+from tokenrelay.backends.llamacpp.embedding_context import EmbeddingShape
 from tokenrelay.errors import InvalidRequest
 from tokenrelay.protocol.embeddings import EmbeddingRequest
 
@@ -61,7 +62,8 @@ async def until(condition: Callable[[], bool]) -> None:
 
 
 async def started(context: FakeContext) -> Embedder:
-    embedder = Embedder(FakeModel(), context)  # type: ignore[arg-type]
+    shape = EmbeddingShape(context.max_tokens, context.capacity, context.sequences)
+    embedder = Embedder(FakeModel(), shape, lambda: context)  # type: ignore[arg-type, return-value]
     embedder.start()
     return embedder
 
@@ -116,3 +118,23 @@ async def test_inputs_too_long_or_outside_the_vocabulary_are_400s_naming_input(v
         await embedder.embed(request(value))
     assert caught.value.param == "input"
     await embedder.close()
+
+
+async def test_the_context_is_made_at_the_first_decode_and_once() -> None:
+    made: list[FakeContext] = []
+
+    def make() -> FakeContext:
+        made.append(FakeContext())
+        made[-1].release.set()
+        return made[-1]
+
+    embedder = Embedder(FakeModel(), EmbeddingShape(8, 12, 4), make)  # type: ignore[arg-type]
+    embedder.start()
+    with pytest.raises(InvalidRequest):
+        await embedder.embed(request("x" * 9))  # refused before any decode: no context for it
+    assert made == []
+    await embedder.embed(request("ab"))
+    await embedder.embed(request(["cd", "ef"]))
+    assert len(made) == 1 and made[0].decodes == [[[97 % 100, 98 % 100]], [[99, 0], [1, 2]]]
+    await embedder.close()
+    assert made[0].closed

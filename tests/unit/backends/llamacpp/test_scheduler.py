@@ -16,6 +16,7 @@ import pytest
 from tokenrelay.backends.base import TextDelta
 from tokenrelay.backends.llamacpp.cpu import build_features
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, SeqFinished, SeqPlan
+from tokenrelay.backends.llamacpp.kernels import TILED_KERNEL_SWITCH
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import SamplingParams
 from tokenrelay.backends.llamacpp.scheduler import Scheduler, long_flash_attention
@@ -501,3 +502,23 @@ def test_short_slots_with_an_f16_cache_answer_a_prompt_alone_as_beside_others(mo
     other = "A recipe for bread needs flour, water, salt and patience, and the oven must be hot. " * 8
     assert answers(long, short)[0] == answers(long)[0]
     assert answers(long, other)[1] == answers(other)[0]
+
+
+def test_without_kernels_chosen_pass_by_pass_the_short_slots_keep_a_q8_0_k_cache(
+    model: LlamaModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An F16 K cache's attention kernel goes by a pass's shape; where kernels cannot be chosen pass by pass (here:
+    a kernel switch the user set), the short slots take the Q8_0 K whose kernel is the same at any shape."""
+    monkeypatch.setenv(TILED_KERNEL_SWITCH, "0")  # read once per process by llama.cpp: only our check sees it
+    scheduler = Scheduler(model, SETTINGS.model_copy(update={"kv_type": "f16"}))
+    try:
+        context = scheduler.lanes[0].context
+        assert (context.kernels, context.kv_type, context.v_type) == (None, "q8_0", "f16")
+    finally:
+        scheduler.stop()
+    monkeypatch.delenv(TILED_KERNEL_SWITCH)
+    scheduler = Scheduler(model, SETTINGS.model_copy(update={"kv_type": "f16"}))
+    try:
+        assert scheduler.lanes[0].context.kv_type == "f16"
+    finally:
+        scheduler.stop()

@@ -16,7 +16,8 @@ invariance costs. Its turns and streams are not measured.
 Both are sent greedy requests (temperature 0: no sampler chain to tell apart) with the end-of-text tokens banned,
 so every answer is `--max-tokens` long.
 
-    python benchmarks/long_prompts.py [--trials 3] [--max-tokens 64] [--llama-server PATH] [--fast]
+    python benchmarks/long_prompts.py [--trials 3] [--max-tokens 64] [--sizes 500 2000 6000] [--llama-server PATH]
+        [--fast]
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary (default: build one)")
     parser.add_argument("--work-dir", type=Path, default=ROOT / ".bench-work")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="prompt sizes (tokens, roughly)")
     parser.add_argument("--fast", action="store_true", help="also tokenrelay without batch invariance, repacked")
     args = parser.parse_args()
     gguf = ensure_default_model(shared_data_dir())
@@ -153,7 +155,7 @@ def measure(servers: list[Server], prompts: Prompts, args: argparse.Namespace) -
     for trial in range(args.trials):
         order = servers if trial % 2 == 0 else servers[::-1]
         # The servers back to back on each prompt, so that a trial's ratio compares moments of one machine state.
-        for size in SIZES:
+        for size in args.sizes:
             for server in order:
                 stream = timed(server, prompts.words(size, f"t{trial}s{size}"), args.max_tokens)
                 ttft.setdefault((server.name, size), []).append(stream[1])
@@ -190,7 +192,7 @@ def report(
         print(f"\nmedians of {args.trials} alternating trials, greedy, {args.max_tokens} tokens; {ours} vs {peer}")
         print("(ratio: the median of each trial's ratio, the two servers back to back on one prompt)")
         print(f"{'prompt tokens':>16}{'TTFT ms':>18}{'ratio':>8}{'decode tok/s':>22}{'ratio':>8}")
-        for size in SIZES:
+        for size in args.sizes:
             a, b = median(ttft[ours, size]) * 1000, median(ttft[peer, size]) * 1000
             sa, sb = median(speed[ours, size]), median(speed[peer, size])
             ratio = median([x / y for x, y in zip(ttft[ours, size], ttft[peer, size], strict=True)])

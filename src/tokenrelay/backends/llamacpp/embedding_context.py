@@ -79,8 +79,8 @@ class EmbeddingContext:
         params.kv_unified = True
         params.swa_full = True
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        # Q8_0 whatever the short slots keep: over an F16 cache a decode of 64 or more rows would take the tiled
-        # attention kernel, and a vector would depend on what shared its decode.
+        # Q8_0 whatever the short slots keep: its attention kernel is row by row at any decode size, while over an F16
+        # cache llama.cpp takes a tiled kernel from 64 query rows, and a vector would depend on what shared its decode.
         params.type_k = params.type_v = KV_TYPES["q8_0"]
         params.no_perf = True
         self.cut = EmbeddingCut()

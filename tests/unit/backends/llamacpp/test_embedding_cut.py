@@ -53,3 +53,20 @@ def test_a_graph_without_the_embedding_node_runs_whole(
     finally:
         other.close()
     assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_a_vector_is_the_same_alone_and_in_a_decode_of_many_rows_whatever_cache_the_slots_keep(
+    model: LlamaModel,
+) -> None:
+    """Over an F16 cache llama.cpp takes a tiled attention kernel from 64 query rows and the row-by-row one below: the
+    embedding context keeps a Q8_0 cache even where the short slots keep F16, so a decode's size changes nothing."""
+    context = EmbeddingContext(model, SETTINGS.model_copy(update={"kv_type": "f16", "v_type": "f16"}))
+    try:
+        inputs = token_lists(model)
+        others = [model.tokenize(TEXTS[1] * 6, add_special=True, parse_special=False)] * 2
+        assert sum(map(len, others)) >= 64
+        alone = context.embed([inputs[0]])[0]
+        beside = context.embed([inputs[0], *others])[0]
+    finally:
+        context.close()
+    assert np.array_equal(alone, beside)

@@ -111,7 +111,7 @@ def test_a_next_turn_after_an_answer_past_a_piece_start_equals_a_fresh_evaluatio
 def test_a_long_prompt_beside_decoding_streams_gives_the_answer_it_gives_alone(server: Server) -> None:
     """While streams decode in the short slots, a long prompt evaluates beside them on a core of its own
     (`/health` counts its pieces); its answer and log-probabilities are the ones it gets alone."""
-    prompt = long_text(1600, "g")
+    prompt = long_text(1100, "g")  # ~2,200 tokens: pieces of 512 beside the streams
 
     def complete(text: str) -> tuple[str, list[float]]:
         body = {"model": MODEL, "prompt": text, "max_tokens": 12, "temperature": 0, "logprobs": 1}
@@ -120,7 +120,7 @@ def test_a_long_prompt_beside_decoding_streams_gives_the_answer_it_gives_alone(s
         return choice.text, choice.logprobs.token_logprobs or []
 
     alone = complete(prompt)
-    complete(long_text(1200, "h"))  # the long slot now holds another prompt: the next one evaluates whole
+    complete(long_text(600, "h"))  # the long slot now holds another prompt: the next one evaluates whole
     before = engine(server)["pieces_beside"]
 
     def stream(seed: int) -> None:

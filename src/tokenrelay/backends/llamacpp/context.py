@@ -124,7 +124,8 @@ class LlamaContext:
         cache, llama.cpp's attention splits the cells among the threads and adds up their parts, so the sum
         depends on how many there are; over a quantised cache each row is one thread's. Steps of several rows,
         and the matrix products, are cut by rows among threads at any cache type. (That split needs K and V of one
-        type.)"""
+        type, and is never taken under `use_ref`: where kernels are chosen pass by pass, decoding passes do not
+        split, but a prompt piece of one row may, so this answers for both.)"""
         return self.kv_type not in ("f16", "f32") or self.v_type != self.kv_type
 
     def run(self, rows: list[tuple[int, int, int, bool]], prompt: bool = False) -> list[int]:

@@ -135,6 +135,8 @@ class Lane:
             "repacked_weights": None if self.made is None else self.made.model.repacked,
             # Whether prompt pieces and decoding steps take kernels of their own (`kernels`); None until made.
             "kernels_by_pass": None if self.made is None else self.made.kernels is not None,
+            # The cache's K and V types, as made (`kv_type` may fall back to q8_0: `open_lanes`); None until made.
+            "kv_cache": None if self.made is None else f"{self.made.kv_type}/{self.made.v_type}",
             "slots": len(self.slots),
             "busy_slots": len(busy),
             "context_per_slot": self.cells,
@@ -149,6 +151,7 @@ class LaneStatus(TypedDict):
 
     repacked_weights: bool | None
     kernels_by_pass: bool | None
+    kv_cache: str | None
     slots: int
     busy_slots: int
     context_per_slot: int

@@ -513,12 +513,12 @@ def test_without_kernels_chosen_pass_by_pass_the_short_slots_keep_a_q8_0_k_cache
     scheduler = Scheduler(model, SETTINGS.model_copy(update={"kv_type": "f16"}))
     try:
         context = scheduler.lanes[0].context
-        assert (context.kernels, context.kv_type, context.v_type) == (None, "q8_0", "f16")
+        assert context.kernels is None and scheduler.lanes[0].status()["kv_cache"] == "q8_0/f16"
     finally:
         scheduler.stop()
     monkeypatch.delenv(TILED_KERNEL_SWITCH)
     scheduler = Scheduler(model, SETTINGS.model_copy(update={"kv_type": "f16"}))
     try:
-        assert scheduler.lanes[0].context.kv_type == "f16"
+        assert scheduler.lanes[0].status()["kv_cache"] == "f16/f16"
     finally:
         scheduler.stop()

@@ -219,7 +219,7 @@ def test_stream_chunks_follow_the_openai_order(server) -> None:
 
 
 def test_cached_tokens_count_a_shared_prefix(client: OpenAI) -> None:
-    long_system = {"role": "system", "content": "You answer questions about geography. " * 20}
+    long_system = {"role": "system", "content": "You answer questions about geography. " * 30}
     first = greedy(client, [long_system, *user("Where is Paris?")], max_tokens=1)
     second = greedy(client, [long_system, *user("Where is Rome?")], max_tokens=1)
     assert second.usage.prompt_tokens_details.cached_tokens >= 100

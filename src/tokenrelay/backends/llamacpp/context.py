@@ -20,10 +20,10 @@ KV_TYPES = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}
 ATTENTION_TILE = 64
 
 
-def step_rows(settings: EngineSettings, sequences: int, cells: int) -> int:
-    """Rows one step holds: prompt tokens (`prefill_chunk`, within what the context holds beside a token per
-    sequence: llama.cpp refuses a step larger than its context) plus a token per sequence."""
-    return min(settings.prefill_chunk, cells * sequences - sequences) + sequences
+def step_rows(settings: EngineSettings, sequences: int, cells: int, overrun: int = 0) -> int:
+    """Rows one step holds: prompt tokens (`prefill_chunk`, and `overrun` more, within what the context holds
+    beside a token per sequence: llama.cpp refuses a step larger than its context) plus a token per sequence."""
+    return min(settings.prefill_chunk + overrun, cells * sequences - sequences) + sequences
 
 
 def cells_per_sequence(cells: int) -> int:
@@ -48,12 +48,15 @@ class LlamaContext:
         flash_attention: bool = True,
         v_type: str | None = None,
         swa_full: bool = True,
+        overrun: int = 0,
     ) -> None:
+        """`overrun`: rows a step may hold beyond its prompt budget (`step_prefill`): where a prompt's last piece
+        takes the prompt's rest (`Lane.unit`)."""
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
         params.n_seq_max = sequences
         # A step is one batch: its prompt tokens plus a token per sequence, all in one call.
-        capacity = step_rows(settings, sequences, cells)
+        capacity = step_rows(settings, sequences, cells, overrun)
         params.n_batch = params.n_ubatch = capacity
         params.n_threads = settings.threads
         params.n_threads_batch = settings.threads
@@ -84,7 +87,7 @@ class LlamaContext:
         self.kernels = PassKernels.of(self.ptr) if settings.batch_invariant else None
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ptr)
-        self.step_prefill = capacity - sequences  # prompt tokens one step evaluates at most
+        self.step_prefill = step_rows(settings, sequences, cells) - sequences  # a step's budget of prompt tokens
         self.batch = Batch(capacity)
 
     def close(self) -> None:

@@ -5,9 +5,10 @@ else's prompt. Prompts are evaluated first come, first served, up to `budget` pr
 new requests is evaluated within a step or two and starts decoding together, while a long prompt costs the running
 streams at most `budget` tokens of work per step.
 
-Where prompt pieces and decoding steps take kernels of their own (`kernels`), a prompt's whole blocks of positions
-are evaluated as prompt pieces and its last partial block (its tail) with the decoding rows: which kernel computes a
-position then depends on the prompt alone, not on where the budget ran out (`Lane.block`, `Lane.unit`).
+Where prompt pieces and decoding steps take kernels of their own (`kernels`), a prompt shorter than a block goes
+with the decoding rows (its `tail`: the whole prompt), a longer one in prompt pieces of at least `unit` rows, the last
+of which takes the prompt's rest, over the budget if need be (by less than a unit): which kernel computes a position
+then depends on the prompt alone, not on where the budget ran out (`Lane.block`, `Lane.unit`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 class PrefillNeed:
     key: int  # slot id
     pending: int  # prompt tokens still to evaluate
-    tail: int = 0  # of those, the last ones that go with the decoding rows once the others are done
-    unit: int = 1  # the others are taken in multiples of this
+    tail: int = 0  # of those, the last ones, which go with the decoding rows once the others are done
+    unit: int = 1  # the others are taken in multiples of this, the last piece with their rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,8 @@ def plan_step(decoding: list[int], prefilling: list[PrefillNeed], budget: int) -
             break
         whole = need.pending - need.tail
         take = min(whole, budget) // need.unit * need.unit
+        if whole - take < need.unit:  # the last piece, with the rest
+            take = whole
         if take:
             prefill.append((need.key, take))
             budget -= take

@@ -344,8 +344,6 @@ class Scheduler:
         primary, keep = self._slot_for(job, free, reusable)
         keep = self._copy_prefix(primary, keep, reusable)
         keep -= keep % primary.lane.boundary
-        if keep < primary.lane.prompted(len(job.prompt)):  # its prompt pieces then start at a multiple of `unit`
-            keep -= keep % primary.lane.unit
         mates = [slot for slot in free if slot.lane is primary.lane and slot is not primary]
         others = sorted(mates, key=lambda s: s.last_job)[: len(job.seqs) - 1]
         for slot in (primary, *others):
@@ -401,18 +399,19 @@ class Scheduler:
         Where one kernel serves every pass (`boundary` 1 and `decoded_cells_as_prompted`), a token's cells are the
         same whether it was decoded or read in a prompt, so generated tokens are reused too. Where decoding steps
         and prompt pieces take different kernels (`kernels`), a cell is reused only where the job would compute it
-        with the same kernel: in a lane of blocks (`Lane.block`) the cells before both prompts' last whole block,
-        and all of them where the two prompts' blocks end at the same position (the rest, tail and answer, took the
-        decoding kernel as the job's tail will); in a long slot (also attention kernels by shape) those prompt
+        with the same kernel: in a lane of blocks (`Lane.block`), for a prompt of prompt pieces those that prompt
+        pieces computed, leaving the job a piece of `unit` rows or more; for a shorter prompt (decoding rows) all
+        of them, where no prompt piece computed any; in a long slot (also attention kernels by shape) those prompt
         pieces computed."""
         if job.prompt_logprobs is not None:
             return 0
         lane = slot.lane
         if lane.block or (lane.boundary == 1 and lane.context.decoded_cells_as_prompted):
             common = common_prefix(slot.cache, job.prompt)
-            ours = lane.prompted(len(job.prompt))
-            if lane.block and ours != slot.evaluated:
-                common = min(common, slot.evaluated, ours)
+            if lane.block and lane.prompted(len(job.prompt)):
+                common = min(common, slot.evaluated, len(job.prompt) - lane.unit)
+            elif lane.block and slot.evaluated:
+                common = 0
         else:
             common = common_prefix(slot.cache[: slot.evaluated], job.prompt)
         return min(common, len(job.prompt) - 1)
@@ -444,18 +443,13 @@ class Scheduler:
 
     @staticmethod
     def _prefill_need(slot: Slot) -> PrefillNeed:
-        """What a slot's prompt still needs: in a lane of blocks (`Lane.block`), whole blocks as prompt pieces,
-        then its tail with the decoding rows."""
-        if not slot.lane.block:
-            return PrefillNeed(slot.seq_id, len(slot.pending))
-        tail = len(slot.pending) - Scheduler._blocks_left(slot)
-        return PrefillNeed(slot.seq_id, len(slot.pending), tail=tail, unit=slot.lane.unit)
-
-    @staticmethod
-    def _blocks_left(slot: Slot) -> int:
-        """Prompt tokens of a slot's whole blocks (`Lane.block`) not yet evaluated."""
-        done = len(slot.cache)
-        return max(0, slot.lane.prompted(done + len(slot.pending)) - done)
+        """What a slot's prompt still needs: in a lane of blocks (`Lane.block`), prompt pieces of `unit` rows or
+        more, or for a prompt shorter than a block, its tokens with the decoding rows (a tail)."""
+        lane, pending = slot.lane, len(slot.pending)
+        if not lane.block:
+            return PrefillNeed(slot.seq_id, pending)
+        tail = 0 if lane.prompted(len(slot.prefilling.prompt)) else pending
+        return PrefillNeed(slot.seq_id, pending, tail=tail, unit=lane.unit)
 
     def _goes_beside(self, lane: Lane, plan: StepPlan, lanes: int, background: bool) -> bool:
         """Whether a lane's pass runs on the side thread: a long slot's prompt piece that would share the step
@@ -519,18 +513,33 @@ class Scheduler:
         background: bool,
         tails: list[tuple[int, int]] | None = None,
     ) -> None:
-        """One `llama_decode` over a lane's sequences in the step, then their sampling (logits rows are only valid
-        until the next decode). A step of `background` jobs only may be aborted: it is then taken back, as if not
-        run. Where prompt pieces and decoding steps take different kernels (`kernels`), a lane's step with both is
-        two passes: the prompt pieces first, then the decoding rows with the prompts' `tails` (`Lane.block`), those
-        of prompts whose last whole block the first pass evaluated included."""
-        context, slots = lane.context, lane.slots
-        if prefill and (decode or tails) and context.kernels is not None:
-            self._pass(lane, [], prefill, background)
-            self._pass(lane, decode, [], background, tails)
+        """A lane's step. Where prompt pieces and decoding steps take different kernels (`kernels`), it is several
+        passes: the prompt pieces, then the decoding rows with the short prompts' `tails` (`Lane.block`). Pieces
+        of whole units share a pass, and a prompt's last piece with its rest has one of its own: llama.cpp splits a
+        pass into sub-batches of as many rows per sequence, so a sequence's rows in each, and with them its
+        attention kernel (`Lane.unit`), would otherwise depend on its neighbours' pieces."""
+        if lane.context.kernels is None:
+            self._one_pass(lane, decode, prefill, background, tails or [])
             return
-        # A tail goes only after its prompt's blocks: not where the pass that was to end them was aborted.
-        tails = [(s, take) for s, take in tails or [] if self._tail_due(slots[s])]
+        ragged = [piece for piece in prefill if piece[1] % lane.unit]
+        together = [piece for piece in prefill if piece not in ragged]
+        for pieces in ([together] if together else []) + [[piece] for piece in ragged]:
+            self._one_pass(lane, [], pieces, background, [])
+        if decode or tails:
+            self._one_pass(lane, decode, [], background, tails or [])
+
+    def _one_pass(
+        self,
+        lane: Lane,
+        decode: list[int],
+        prefill: list[tuple[int, int]],
+        background: bool,
+        tails: list[tuple[int, int]],
+    ) -> None:
+        """One `llama_decode` over a lane's sequences, then their sampling (logits rows are only valid until the next
+        decode): decoding rows, prompt pieces (`prefill`) and short prompts' `tails` computed as decoding rows are.
+        A pass of `background` jobs only may be aborted: it is then taken back, as if not run."""
+        context, slots = lane.context, lane.slots
         prompted = dict(prefill)
         prefill = prefill + tails
         batch = context.batch
@@ -664,13 +673,8 @@ class Scheduler:
         slots = [s for s in serving if s.job is not None and s.primary is None and s.pending]
         return sorted(slots, key=lambda s: s.prefilling.serial)
 
-    @staticmethod
-    def _tail_due(slot: Slot) -> bool:
-        """Whether a slot's prompt is left with its tail only (`Lane.block`), and its job still here."""
-        return slot.job is not None and slot.primary is None and Scheduler._blocks_left(slot) == 0
-
     def _add_prompt_chunk(self, slot: Slot, take: int, prompted: bool = True) -> Chunk:
-        """A prompt piece's rows in the batch; `prompted` False: a tail, beside decoding rows (`Lane.block`)."""
+        """A prompt piece's rows in the batch; `prompted` False: a short prompt's, with decoding rows (`Lane.block`)."""
         job = slot.prefilling
         batch = slot.lane.context.batch
         start = len(slot.cache)
@@ -841,11 +845,17 @@ def open_lanes(model: LlamaModel, settings: EngineSettings, long_weights: Callab
     shape is made a function of the sequence alone: one sequence per context, no guesses beside its token (a step
     is always one row), its prompt evaluated in pieces that start at multiples of the prefill chunk and a cached
     prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
-    short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot)
-    if settings.batch_invariant and short.kernels is None and short.kv_type != "q8_0":
-        # Over an F16 K cache the attention kernel goes by a pass's shape: without kernels chosen pass by pass
-        # only a Q8_0 K (row by row at any shape) keeps a sequence's answer independent of what shares its steps.
-        log.warning("this llama.cpp build cannot choose kernels pass by pass: the short slots keep a Q8_0 K cache")
+    tiles = settings.batch_invariant and settings.kv_type == "f16"
+    overrun = ATTENTION_TILE - 1 if tiles else 0  # a prompt's last piece, a tile and the prompt's rest (`Lane.unit`)
+    short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot, overrun=overrun)
+    if tiles and (short.kernels is None or short.step_prefill < ATTENTION_TILE):
+        # Over an F16 K cache the attention kernel goes by a pass's shape: without kernels chosen pass by pass, or
+        # a budget that holds a tile of rows, only a Q8_0 K (row by row at any shape) keeps a sequence's answer
+        # independent of what shares its steps.
+        log.warning(
+            "the short slots keep a Q8_0 K cache: with this llama.cpp build or prefill_chunk an F16 K cache "
+            "would not be batch-invariant"
+        )
         short.close()
         short = LlamaContext(
             model, settings, settings.slots, settings.ctx_per_slot, kv_type="q8_0", v_type=settings.v_type
@@ -853,10 +863,9 @@ def open_lanes(model: LlamaModel, settings: EngineSettings, long_weights: Callab
     lanes = [Lane.open(lambda: short, short.n_ctx_seq, settings.slots, reserve=settings.interactive_slots)]
     if short.kernels is not None:
         # Which kernels compute a position depends on the prompt alone, not on where a step's budget ran out; over
-        # an F16 cache prompt pieces take whole tiles of rows, each then the tiled attention (a budget below a tile
-        # cannot: its attention kernel goes by the cut, not batch-invariant).
+        # an F16 cache every prompt piece has a tile of rows or more, each row then taking the tiled attention.
         lanes[0].block = ATTENTION_TILE
-        if short.kv_type == "f16" and short.step_prefill >= ATTENTION_TILE:
+        if short.kv_type == "f16":
             lanes[0].unit = ATTENTION_TILE
     cells = long_lane_cells(settings, model.n_ctx_train)
     if cells is None:

@@ -82,12 +82,12 @@ class Lane:
     slots: list[Slot] = field(default_factory=list)
     reserve: int = 0  # slots background jobs leave free here for interactive ones
     boundary: int = 1  # a cached prefix is reused up to a multiple of this (where prompt pieces start)
-    # Where prompt pieces and decoding steps take kernels of their own (`kernels`) in a lane of many slots: prompt
-    # pieces evaluate a prompt's whole blocks of this many positions, its tail goes with the decoding rows (0: no
-    # such split, one kernel for every pass).
+    # Where prompt pieces and decoding steps take kernels of their own (`kernels`) in a lane of many slots: a prompt
+    # shorter than this goes with the decoding rows, a longer one in prompt pieces (0: no such split, one kernel for
+    # every pass).
     block: int = 0
-    # Prompt pieces are cut in multiples of this, from a multiple of it: over an F16 cache, so that each piece has
-    # the rows of the tiled attention kernel (`ATTENTION_TILE`).
+    # A prompt piece has at least this many rows (the last one takes the prompt's rest): over an F16 cache the rows of
+    # the tiled attention kernel (`ATTENTION_TILE`), which computes a row the same in any piece of that many.
     unit: int = 1
     drafts: bool = True  # steps may carry guesses (`drafts`) beside a sequence's token
     beside: bool = False  # its prompt pieces may run on the side thread (`scheduler`)
@@ -111,9 +111,10 @@ class Lane:
         return lane
 
     def prompted(self, length: int) -> int:
-        """The leading positions of a prompt of `length` tokens that prompt pieces evaluate here (`block`): its
-        whole blocks. Which kernel computes a position then depends on the prompt alone."""
-        return length // self.block * self.block if self.block else length
+        """The leading positions of a prompt of `length` tokens that prompt pieces evaluate here (`block`): all of
+        them, or none where the prompt is shorter than a block. Which kernel computes a position then depends on the
+        prompt alone."""
+        return length if length >= self.block else 0
 
     @property
     def context(self) -> LlamaContext:

@@ -8,7 +8,7 @@ import platform
 import numpy as np
 import pytest
 
-from tokenrelay.backends.llamacpp.context import LlamaContext
+from tokenrelay.backends.llamacpp.context import ATTENTION_TILE, LlamaContext
 from tokenrelay.backends.llamacpp.cpu import build_features
 from tokenrelay.backends.llamacpp.model import LlamaModel
 from tokenrelay.backends.llamacpp.sampling import logits_row
@@ -62,5 +62,27 @@ def test_a_prompt_piece_computes_a_token_the_same_however_the_prompt_is_cut_and_
         assert not np.array_equal(as_decoded, reference[0])
         decoded, prompted = (row - np.logaddexp.reduce(row) for row in (as_decoded, reference[0]))
         assert float(np.sum(np.exp(prompted) * (prompted - decoded))) < 0.1  # KL of the next-token distributions
+    finally:
+        context.close()
+
+
+def test_over_an_f16_cache_a_prompt_piece_computes_a_token_the_same_in_any_piece_of_a_tile_of_rows_or_more(
+    model: LlamaModel,
+) -> None:
+    # Attention takes its tiled kernel from a tile of rows per sequence, and computes each row alone in it: the cuts
+    # may fall anywhere (`Lane.unit`), as long as each piece, and each sequence's share of a pass, has a tile.
+    tile = ATTENTION_TILE
+    context = LlamaContext(model, EngineSettings(threads=2, kv_type="f16"), 4, 1024, overrun=tile - 1)
+    try:
+        assert context.kernels is not None
+        reference = evaluate(context, model, [575])
+        cuts = (([tile, 511], 0, 2), ([2 * tile, 447], tile, 2), ([320, 255], 0, 2), ([575], 0, 1))
+        for pieces, beside, threads in cuts:
+            context.set_threads(threads)
+            again = evaluate(context, model, pieces, beside)
+            assert all(np.array_equal(a, b) for a, b in zip(again, reference, strict=True)), (pieces, beside, threads)
+        # A piece under a tile takes the row-by-row attention: its last tokens' cells, and the logits, differ.
+        context.set_threads(2)
+        assert not np.array_equal(evaluate(context, model, [535, 40])[0], reference[0])
     finally:
         context.close()

@@ -36,9 +36,12 @@ def test_nothing_to_prefill_is_a_decode_only_step() -> None:
     assert plan_step([0, 1], [], BUDGET).prefill == []
 
 
-def test_whole_blocks_go_as_prompt_pieces_and_a_tail_only_after_its_prompts_blocks() -> None:
-    # 200 pending: 192 in blocks of 64, then a tail of 8; a budget of 100 takes one block only, and no tail.
-    first = plan_step([9], [PrefillNeed(0, 200, tail=8, unit=64), PrefillNeed(1, 20, tail=20, unit=64)], 100)
-    assert first.prefill == [(0, 64)] and first.tails == [(1, 20)]  # the rest of the budget: the next prompt's tail
-    last = plan_step([9], [PrefillNeed(0, 72, tail=8, unit=64)], 100)
-    assert last.prefill == [(0, 64)] and last.tails == [(0, 8)]
+def test_a_prompt_is_cut_in_whole_units_and_its_last_piece_takes_the_rest_over_the_budget_if_need_be() -> None:
+    assert plan_step([9], [PrefillNeed(0, 200, unit=64)], 100).prefill == [(0, 64)]
+    assert plan_step([9], [PrefillNeed(0, 200, unit=64)], 150).prefill == [(0, 128)]  # 72 left: a unit and more
+    assert plan_step([9], [PrefillNeed(0, 72, unit=64)], 64).prefill == [(0, 72)]  # never a piece under a unit
+
+
+def test_a_prompt_shorter_than_a_block_goes_with_the_decoding_rows_within_what_the_pieces_before_it_left() -> None:
+    first = plan_step([9], [PrefillNeed(0, 200, unit=64), PrefillNeed(1, 20, tail=20, unit=64)], 100)
+    assert first.prefill == [(0, 64)] and first.tails == [(1, 20)]

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from tokenrelay.backends.base import TextDelta
+from tokenrelay.backends.llamacpp.context import ATTENTION_TILE
 from tokenrelay.backends.llamacpp.cpu import build_features
 from tokenrelay.backends.llamacpp.jobs import Job, JobDone, JobFailed, SeqFinished, SeqPlan
 from tokenrelay.backends.llamacpp.kernels import TILED_KERNEL_SWITCH
@@ -456,7 +457,8 @@ def test_a_prompt_whose_prefix_another_running_job_holds_starts_from_a_copy_of_i
         timeline.until_done("first", "second")
         copies = scheduler.stats.prefix_copies
     done = {name: event for name, event in timeline.seen if isinstance(event, JobDone)}
-    assert copies == 1 and done["second"].cached_tokens >= len(first.prompt) - 2
+    # All of the preamble but what leaves the prompt's last piece a tile of rows (`Lane.unit`).
+    assert copies == 1 and done["second"].cached_tokens >= done["second"].prompt_tokens - ATTENTION_TILE
     alone = Timeline()
     with running(model) as scheduler:
         scheduler.submit(alone.job(model, "second", preamble + "The maps", 6))
@@ -520,5 +522,11 @@ def test_without_kernels_chosen_pass_by_pass_the_short_slots_keep_a_q8_0_k_cache
     scheduler = Scheduler(model, SETTINGS.model_copy(update={"kv_type": "f16"}))
     try:
         assert scheduler.lanes[0].status()["kv_cache"] == "f16/f16"
+    finally:
+        scheduler.stop()
+    # A step's prompt budget under a tile of rows could not give every prompt piece the tiled attention.
+    scheduler = Scheduler(model, SETTINGS.model_copy(update={"kv_type": "f16", "prefill_chunk": 32}))
+    try:
+        assert scheduler.lanes[0].status()["kv_cache"] == "q8_0/f16"
     finally:
         scheduler.stop()

@@ -1,10 +1,11 @@
-"""A short slot's prompt by K cache precision and by how it is cut, in process: the choices behind `Lane.block`.
+"""A short slot's prompt by K cache precision and by how it is cut, in process: the choices behind `Lane.block` and
+`Lane.unit`.
 
-A prompt evaluated as one prompt pass (the tiled kernels throughout), or as the server does: its whole blocks of 64
-positions as a prompt pass, then its tail as a decoding pass (the row-by-row kernels); over a Q8_0 K cache (the
-default) and an F16 one (whose attention takes the tiled kernel for 64 rows or more). Then a decoding step of 16
-sequences over each cache. One context of 20 slots of 1,024 cells (the server's short slots), with the kernel
-switches the server sets; the ways take turns within each trial, medians of `--trials`.
+A prompt evaluated as one prompt pass (the tiled kernels throughout, as the server evaluates a prompt of 64 tokens or
+more), or its whole blocks of 64 positions as a prompt pass and then its tail as a decoding pass (the row-by-row
+kernels); over an F16 K cache (the default, whose attention takes the tiled kernel for 64 rows or more) and a Q8_0
+one. Then a decoding step of 16 sequences over each cache. One context of 20 slots of 1,024 cells (the server's
+short slots), with the kernel switches the server sets; the ways take turns within each trial, medians of `--trials`.
 
     python benchmarks/short_prompt_passes.py [--tokens 500] [--trials 7]
 """

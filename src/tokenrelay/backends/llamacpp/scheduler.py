@@ -845,27 +845,26 @@ def open_lanes(model: LlamaModel, settings: EngineSettings, long_weights: Callab
     shape is made a function of the sequence alone: one sequence per context, no guesses beside its token (a step
     is always one row), its prompt evaluated in pieces that start at multiples of the prefill chunk and a cached
     prefix reused only up to such a start. A token's cells are then computed the same way whatever else runs."""
-    tiles = settings.batch_invariant and settings.kv_type == "f16"
-    overrun = ATTENTION_TILE - 1 if tiles else 0  # a prompt's last piece, a tile and the prompt's rest (`Lane.unit`)
-    short = LlamaContext(model, settings, settings.slots, settings.ctx_per_slot, overrun=overrun)
-    if tiles and (short.kernels is None or short.step_prefill < ATTENTION_TILE):
-        # Over an F16 K cache the attention kernel goes by a pass's shape: without kernels chosen pass by pass, or
-        # a budget that holds a tile of rows, only a Q8_0 K (row by row at any shape) keeps a sequence's answer
-        # independent of what shares its steps.
-        log.warning(
-            "the short slots keep a Q8_0 K cache: with this llama.cpp build or prefill_chunk an F16 K cache "
-            "would not be batch-invariant"
-        )
+    # Over an F16 cache a prompt piece of a tile of rows or more takes the tiled attention: each piece then has a
+    # tile, the last one with the prompt's rest (`Lane.unit`). A budget under a tile keeps every piece under one.
+    budget = step_rows(settings, settings.slots, settings.ctx_per_slot) - settings.slots
+    tiles = settings.batch_invariant and settings.kv_type == "f16" and budget >= ATTENTION_TILE
+    short = LlamaContext(
+        model, settings, settings.slots, settings.ctx_per_slot, overrun=ATTENTION_TILE - 1 if tiles else 0
+    )
+    if settings.batch_invariant and short.kernels is None and short.kv_type != "q8_0":
+        # Over an F16 K cache the attention kernel goes by a pass's shape: without kernels chosen pass by pass
+        # only a Q8_0 K (row by row at any shape) keeps a sequence's answer independent of what shares its steps.
+        log.warning("this llama.cpp build cannot choose kernels pass by pass: the short slots keep a Q8_0 K cache")
         short.close()
         short = LlamaContext(
             model, settings, settings.slots, settings.ctx_per_slot, kv_type="q8_0", v_type=settings.v_type
         )
     lanes = [Lane.open(lambda: short, short.n_ctx_seq, settings.slots, reserve=settings.interactive_slots)]
     if short.kernels is not None:
-        # Which kernels compute a position depends on the prompt alone, not on where a step's budget ran out; over
-        # an F16 cache every prompt piece has a tile of rows or more, each row then taking the tiled attention.
+        # Which kernels compute a position depends on the prompt alone, not on where a step's budget ran out.
         lanes[0].block = ATTENTION_TILE
-        if short.kv_type == "f16":
+        if tiles:
             lanes[0].unit = ATTENTION_TILE
     cells = long_lane_cells(settings, model.n_ctx_train)
     if cells is None:

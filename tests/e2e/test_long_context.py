@@ -15,6 +15,7 @@ from observing import eventually
 from servers import Server, start_server
 
 MODEL = "smollm2-135m-instruct"  # trained on 8,192 tokens of context
+NEVER_END = {"0": -100, "2": -100}  # SmolLM2's end-of-text tokens: an answer writes all its tokens
 WORDS = ("harbour", "ledger", "lantern", "copper", "meadow", "violin", "granite", "orchard", "saddle", "thistle")
 
 
@@ -89,11 +90,10 @@ def test_a_next_turn_after_an_answer_past_a_piece_start_equals_a_fresh_evaluatio
     """Turn 1's answer runs past where a prompt piece starts (position 1,024): its cells, computed one token per
     step, are not reused for turn 2, whose answer is the one a fresh evaluation gives."""
     first_prompt = long_text(800, "e")
-    never_end = {"0": -100, "2": -100}  # SmolLM2's end-of-text tokens: turn 1 writes all its tokens
 
     def complete(prompt: str, tokens: int) -> tuple[str, list[float], int]:
         body = {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "logprobs": 1}
-        reply = server.client(timeout=600).completions.create(**body, logit_bias=never_end)  # type: ignore[arg-type]
+        reply = server.client(timeout=600).completions.create(**body, logit_bias=NEVER_END)  # type: ignore[arg-type]
         choice, usage = reply.choices[0], reply.usage
         assert choice.logprobs is not None and usage is not None
         details = usage.prompt_tokens_details
@@ -125,7 +125,8 @@ def test_a_long_prompt_beside_decoding_streams_gives_the_answer_it_gives_alone(s
 
     def stream(seed: int) -> None:
         ask = [{"role": "user", "content": "Tell me a long story about a lighthouse."}]
-        server.client(timeout=600).chat.completions.create(model=MODEL, messages=ask, max_tokens=400, seed=seed)  # type: ignore[arg-type]
+        client = server.client(timeout=600)  # streams that end early would leave the long prompt nothing to run beside
+        client.chat.completions.create(model=MODEL, messages=ask, max_tokens=400, seed=seed, logit_bias=NEVER_END)  # type: ignore[arg-type]
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         streams = [pool.submit(stream, seed) for seed in range(2)]

@@ -477,9 +477,10 @@ def test_the_short_slots_are_batch_invariant_with_either_v_cache(model: LlamaMod
 def test_short_slots_with_an_f16_cache_answer_a_prompt_alone_as_beside_others(model: LlamaModel) -> None:
     """Over an F16 cache llama.cpp's attention takes one kernel for 64 query rows of a sequence or more and another
     below, and it cuts a pass of several sequences into parts of as many rows each. Prompt pieces of whole tiles of
-    64 rows, with each prompt's last partial block beside the decoding rows, keep what computes each position a
-    function of the prompt: a prompt answers the same (to the bit of its tokens' logprobs) alone, in a step beside a
-    shorter prompt, and cut where a longer one left the step's budget."""
+    64 rows together, each prompt's last piece with its rest in a pass of its own, and prompts under a tile beside the
+    decoding rows keep what computes each position a function of the prompt: a prompt answers the same (to the bit
+    of its tokens' logprobs) alone, in a step beside a shorter prompt, beside another ending in that step, and cut
+    where a longer one left the step's budget."""
     update = {"slots": 4, "ctx_per_slot": 1024, "kv_type": "f16", "prefill_chunk": 512}
 
     def answers(*texts: str) -> list[tuple[str, float | None]]:
@@ -504,6 +505,8 @@ def test_short_slots_with_an_f16_cache_answer_a_prompt_alone_as_beside_others(mo
     other = "A recipe for bread needs flour, water, salt and patience, and the oven must be hot. " * 8
     assert answers(long, short)[0] == answers(long)[0]
     assert answers(long, other)[1] == answers(other)[0]
+    # Two prompts of a tile and more, both ending in one step (~160 and ~105 tokens): pieces of unequal rows.
+    assert answers(other, STORY * 7) == answers(other) + answers(STORY * 7)
 
 
 def test_without_kernels_chosen_pass_by_pass_the_short_slots_keep_a_q8_0_k_cache(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 class PrefillNeed:
     key: int  # slot id
     pending: int  # prompt tokens still to evaluate
-    tail: int = 0  # of those, the last ones, which go with the decoding rows once the others are done
+    tail: int = 0  # of those, the ones that go with the decoding rows, after the others
     unit: int = 1  # the others are taken in multiples of this, the last piece with their rest
 
 

@@ -408,7 +408,7 @@ class Scheduler:
         lane = slot.lane
         if lane.block or (lane.boundary == 1 and lane.context.decoded_cells_as_prompted):
             common = common_prefix(slot.cache, job.prompt)
-            if lane.block and lane.prompted(len(job.prompt)):
+            if lane.block and lane.in_pieces(len(job.prompt)):
                 common = min(common, slot.evaluated, len(job.prompt) - lane.unit)
             elif lane.block and slot.evaluated:
                 common = 0
@@ -448,7 +448,7 @@ class Scheduler:
         lane, pending = slot.lane, len(slot.pending)
         if not lane.block:
             return PrefillNeed(slot.seq_id, pending)
-        tail = 0 if lane.prompted(len(slot.prefilling.prompt)) else pending
+        tail = 0 if lane.in_pieces(len(slot.prefilling.prompt)) else pending
         return PrefillNeed(slot.seq_id, pending, tail=tail, unit=lane.unit)
 
     def _goes_beside(self, lane: Lane, plan: StepPlan, lanes: int, background: bool) -> bool:

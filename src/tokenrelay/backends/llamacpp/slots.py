@@ -110,11 +110,10 @@ class Lane:
         lane.slots = [Slot(seq_id=i, lane=lane) for i in range(sequences)]
         return lane
 
-    def prompted(self, length: int) -> int:
-        """The leading positions of a prompt of `length` tokens that prompt pieces evaluate here (`block`): all of
-        them, or none where the prompt is shorter than a block. Which kernel computes a position then depends on the
-        prompt alone."""
-        return length if length >= self.block else 0
+    def in_pieces(self, length: int) -> bool:
+        """Whether prompt pieces evaluate a prompt of `length` tokens here (`block`), rather than decoding rows: all
+        but a prompt shorter than a block. Which kernel computes a position then depends on the prompt alone."""
+        return length >= self.block
 
     @property
     def context(self) -> LlamaContext:

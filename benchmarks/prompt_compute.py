@@ -31,13 +31,13 @@ for folder in (ROOT / "src", ROOT / "tests" / "support", ROOT / "benchmarks"):
 
 from servers import shared_data_dir  # noqa: E402
 
-from engine import Server, start_llama_server  # noqa: E402
+from engine import NO_EOS, Server, start_llama_server  # noqa: E402
 from long_prompts import Prompts  # noqa: E402
 from peer_build import llama_server_binary  # noqa: E402
 from tokenrelay.backends.llamacpp.default_model import ensure_default_model  # noqa: E402
 from tokenrelay.backends.llamacpp.kernels import invariant_switches  # noqa: E402
 
-NO_EOS = {1: -100.0, 106: -100.0}  # Gemma's end-of-text and end-of-turn tokens
+BANNED = {int(token): float(bias) for token, bias in NO_EOS.items()}  # the end-of-text tokens, as the engine takes them
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
 
     def ours(tokens: list[int]) -> Timing:
         events: queue.SimpleQueue[object] = queue.SimpleQueue()
-        params = SamplingParams(temperature=0.0, logit_bias=NO_EOS)
+        params = SamplingParams(temperature=0.0, logit_bias=BANNED)
         plan = SeqPlan(index=0, params=params, max_tokens=args.max_tokens, stops=[])
         started = time.perf_counter()
         scheduler.submit(Job(tokens, [plan], events.put))
@@ -77,7 +77,7 @@ def main() -> None:
 
     def theirs(peer: Server, tokens: list[int]) -> Timing:
         body = {"prompt": tokens, "n_predict": args.max_tokens, "cache_prompt": False, "temperature": 0}
-        body["logit_bias"] = [[token, False] for token in NO_EOS]
+        body["logit_bias"] = [[token, False] for token in BANNED]
         timings = httpx.post(f"{peer.base}/completion", json=body, timeout=900).json()["timings"]
         return Timing(float(timings["prompt_ms"]), float(timings["predicted_per_token_ms"]))
 
@@ -105,11 +105,10 @@ def main() -> None:
     print(f"{'prompt tokens':>16}{'prompt ms':>20}{'ratio':>8}{'ms per token after it':>26}{'ratio':>8}")
     for size, pairs in times.items():
         cells = f"{'~' + format(size, ','):>16}"
-        for part in ("prompt_ms", "token_ms"):
+        for part, width, digits in (("prompt_ms", 20, 0), ("token_ms", 26, 2)):
             a, b = (statistics.median(getattr(timing, part) for timing in side) for side in zip(*pairs, strict=True))
             ratio = statistics.median(getattr(x, part) / getattr(y, part) for x, y in pairs)
-            width = 20 if part == "prompt_ms" else 26
-            cells += f"{f'{a:,.{0 if a > 100 else 2}f} / {b:,.{0 if b > 100 else 2}f}':>{width}}{ratio:>8.2f}"
+            cells += f"{f'{a:,.{digits}f} / {b:,.{digits}f}':>{width}}{ratio:>8.2f}"
         print(cells)
 
 

@@ -521,8 +521,8 @@ class Scheduler:
         if lane.context.kernels is None:
             self._one_pass(lane, decode, prefill, background, tails or [])
             return
+        together = [piece for piece in prefill if piece[1] % lane.unit == 0]
         ragged = [piece for piece in prefill if piece[1] % lane.unit]
-        together = [piece for piece in prefill if piece not in ragged]
         for pieces in ([together] if together else []) + [[piece] for piece in ragged]:
             self._one_pass(lane, [], pieces, background, [])
         if decode or tails:
